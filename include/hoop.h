@@ -1,0 +1,207 @@
+/*
+ * hoop: collective communication for data-parallel training.
+ *
+ * One communicator joins `nranks` processes.  Every collective is called by
+ * every rank of the communicator, in the same order, with matching
+ * arguments; hoop checks that they match and fails on every rank when they
+ * do not.  All calls return a hoop_result_t; hoop_comm_last_error() (or
+ * hoop_last_error() when there is no communicator yet) says what failed,
+ * where, and with which peer.
+ */
+#ifndef HOOP_H
+#define HOOP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(HOOP_BUILDING_LIBRARY) && defined(__GNUC__)
+#define HOOP_API __attribute__((visibility("default")))
+#else
+#define HOOP_API
+#endif
+
+#define HOOP_VERSION_MAJOR 0
+#define HOOP_VERSION_MINOR 1
+#define HOOP_VERSION_PATCH 0
+
+/*
+ * Result codes.  One list generates the enum, hoop_strerror() and
+ * hoop_result_name(), so the three never disagree.
+ */
+#define HOOP_RESULT_LIST(X)                                                   \
+  X(HOOP_SUCCESS, 0, "success")                                               \
+  X(HOOP_ERR_INVALID_ARGUMENT, 1, "invalid argument")                         \
+  X(HOOP_ERR_INVALID_USAGE, 2, "invalid usage")                               \
+  X(HOOP_ERR_SYSTEM, 3, "system call failed")                                 \
+  X(HOOP_ERR_REMOTE, 4, "a peer failed or closed its connection")             \
+  X(HOOP_ERR_TIMEOUT, 5, "timed out waiting for a peer")                      \
+  X(HOOP_ERR_MISMATCH, 6, "ranks called different collectives or arguments")  \
+  X(HOOP_ERR_NO_MEMORY, 7, "out of memory")                                   \
+  X(HOOP_ERR_ABORTED, 8, "communicator was aborted")                          \
+  X(HOOP_ERR_UNSUPPORTED, 9, "not supported in this build")                   \
+  X(HOOP_ERR_INTERNAL, 10, "internal error")
+
+typedef enum hoop_result {
+#define HOOP_RESULT_ENUM_(name, value, text) name = value,
+  HOOP_RESULT_LIST(HOOP_RESULT_ENUM_)
+#undef HOOP_RESULT_ENUM_
+} hoop_result_t;
+
+/* Element types.  Values are part of the wire protocol: never renumber. */
+typedef enum hoop_dtype {
+  HOOP_I8 = 0,
+  HOOP_U8 = 1,
+  HOOP_I32 = 2,
+  HOOP_U32 = 3,
+  HOOP_I64 = 4,
+  HOOP_U64 = 5,
+  HOOP_F16 = 6,
+  HOOP_F32 = 7,
+  HOOP_F64 = 8,
+  HOOP_BF16 = 9,
+  HOOP_DTYPE_COUNT
+} hoop_dtype_t;
+
+/*
+ * Reduction operators.  AVG is SUM divided by the number of ranks (integer
+ * division for integer types, as in NCCL).  MIN and MAX return NaN when
+ * either operand is NaN (IEEE 754-2019 minimum/maximum).
+ */
+typedef enum hoop_op {
+  HOOP_SUM = 0,
+  HOOP_PROD = 1,
+  HOOP_MIN = 2,
+  HOOP_MAX = 3,
+  HOOP_AVG = 4,
+  HOOP_OP_COUNT
+} hoop_op_t;
+
+typedef struct hoop_comm *hoop_comm_t;
+
+/* A CUDA stream (cudaStream_t) for device buffers; NULL for host buffers. */
+typedef void *hoop_stream_t;
+
+#define HOOP_UNIQUE_ID_BYTES 128
+typedef struct hoop_unique_id {
+  char internal[HOOP_UNIQUE_ID_BYTES];
+} hoop_unique_id_t;
+
+/*
+ * Per-communicator settings.  A field left at its HOOP_CONFIG_INIT value
+ * takes the environment variable named beside it, then the default.  The
+ * `size` and `version` fields let later versions of hoop grow the struct
+ * without breaking programs built against this one.
+ */
+#define HOOP_CONFIG_VERSION 1
+typedef struct hoop_config {
+  size_t size;
+  unsigned int version;
+  int timeout_ms;            /* HOOP_TIMEOUT_MS; 0 = default           */
+  int nsocks;                /* HOOP_NSOCKS; 0 = default               */
+  size_t slice_bytes;        /* HOOP_SLICE_BYTES; 0 = default          */
+  const char *socket_ifname; /* HOOP_SOCKET_IFNAME; NULL = default     */
+} hoop_config_t;
+
+#define HOOP_CONFIG_INIT {sizeof(hoop_config_t), HOOP_CONFIG_VERSION, 0, 0, 0, NULL}
+
+HOOP_API const char *hoop_strerror(hoop_result_t result);
+HOOP_API const char *hoop_result_name(hoop_result_t result);
+HOOP_API const char *hoop_version_string(void);
+
+/* Bytes per element of `dtype`, or 0 when `dtype` is not a hoop_dtype_t. */
+HOOP_API size_t hoop_dtype_size(hoop_dtype_t dtype);
+HOOP_API const char *hoop_dtype_name(hoop_dtype_t dtype);
+HOOP_API const char *hoop_op_name(hoop_op_t op);
+
+/*
+ * The last error this thread saw, including errors from calls that had no
+ * communicator yet (init).  Never NULL; "" when there was none.
+ */
+HOOP_API const char *hoop_last_error(void);
+
+/*
+ * Creates the rendezvous identity of a new communicator.  The process that
+ * calls this must host rank 0 (it starts listening for the other ranks
+ * here); hand the id to every other rank by any means (a file, MPI_Bcast).
+ */
+HOOP_API hoop_result_t hoop_get_unique_id(hoop_unique_id_t *id);
+
+/*
+ * Joins communicator `id` as `rank` of `nranks`.  Blocks until every rank
+ * has joined, or fails after the timeout naming the ranks that never came.
+ * `config` may be NULL.
+ */
+HOOP_API hoop_result_t hoop_comm_init_rank(hoop_comm_t *comm, int nranks,
+                                           const hoop_unique_id_t *id,
+                                           int rank,
+                                           const hoop_config_t *config);
+
+/*
+ * Like hoop_comm_init_rank, with rank, size and rendezvous address from the
+ * environment: HOOP_RANK/HOOP_WORLD_SIZE/HOOP_ROOT_ADDR (set by hoop-run),
+ * torchrun's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, Open MPI's
+ * OMPI_COMM_WORLD_RANK/SIZE or Slurm's SLURM_PROCID/SLURM_NTASKS.
+ */
+HOOP_API hoop_result_t hoop_comm_init_env(hoop_comm_t *comm,
+                                          const hoop_config_t *config);
+
+/* Frees the communicator.  Call it when no collective is in progress. */
+HOOP_API hoop_result_t hoop_comm_destroy(hoop_comm_t comm);
+
+/*
+ * Tears the communicator down at once: closes its connections (peers in a
+ * collective with it fail with HOOP_ERR_REMOTE), makes a collective running
+ * in another thread return HOOP_ERR_ABORTED, then frees it.
+ */
+HOOP_API hoop_result_t hoop_comm_abort(hoop_comm_t comm);
+
+HOOP_API hoop_result_t hoop_comm_rank(hoop_comm_t comm, int *rank);
+HOOP_API hoop_result_t hoop_comm_size(hoop_comm_t comm, int *nranks);
+
+/* The last error message of `comm`; "" when there was none. */
+HOOP_API const char *hoop_comm_last_error(hoop_comm_t comm);
+
+/*
+ * Collectives follow NCCL's conventions.  Counts are in elements.  A call
+ * blocks until the result is in `recvbuf` (host buffers).  After an error
+ * that involved a peer (timeout, lost connection, mismatched calls) the
+ * communicator is broken: later calls fail at once and it must be
+ * destroyed; argument errors leave it usable.
+ *
+ * allreduce: recvbuf[i] = op over ranks of sendbuf[i], i < count.
+ *   In place when sendbuf == recvbuf.
+ */
+HOOP_API hoop_result_t hoop_allreduce(hoop_comm_t comm, const void *sendbuf,
+                                      void *recvbuf, size_t count,
+                                      hoop_dtype_t dtype, hoop_op_t op,
+                                      hoop_stream_t stream);
+
+/*
+ * reduce_scatter: sendbuf holds nranks * recvcount elements; rank r gets
+ *   block r of the reduction.  In place when
+ *   recvbuf == sendbuf + rank * recvcount elements.
+ */
+HOOP_API hoop_result_t hoop_reduce_scatter(hoop_comm_t comm,
+                                           const void *sendbuf, void *recvbuf,
+                                           size_t recvcount,
+                                           hoop_dtype_t dtype, hoop_op_t op,
+                                           hoop_stream_t stream);
+
+/*
+ * allgather: recvbuf gets nranks * sendcount elements, block r from rank r.
+ *   In place when sendbuf == recvbuf + rank * sendcount elements.
+ */
+HOOP_API hoop_result_t hoop_allgather(hoop_comm_t comm, const void *sendbuf,
+                                      void *recvbuf, size_t sendcount,
+                                      hoop_dtype_t dtype,
+                                      hoop_stream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* HOOP_H */

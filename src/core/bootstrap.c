@@ -1,0 +1,331 @@
+/* Rendezvous through rank 0; see bootstrap.h. */
+#include "core/bootstrap.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/comm.h"
+#include "core/error.h"
+
+/*
+ * Listening sockets opened by hoop__uid_create, waiting for this process's
+ * rank 0 to adopt them.  Keeping the socket open from id creation on means
+ * the port cannot be taken by someone else in between.
+ */
+struct root_listener {
+  uint64_t comm_id;
+  int fd;
+};
+static struct root_listener root_listeners[64];
+static pthread_mutex_t root_listeners_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int adopt_root_listener(uint64_t comm_id) {
+  int fd = -1;
+  pthread_mutex_lock(&root_listeners_lock);
+  for (size_t i = 0; i < sizeof root_listeners / sizeof *root_listeners;
+       i++) {
+    if (root_listeners[i].fd > 0 && root_listeners[i].comm_id == comm_id) {
+      fd = root_listeners[i].fd;
+      root_listeners[i].fd = 0;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&root_listeners_lock);
+  return fd;
+}
+
+hoop_result_t hoop__uid_create(const struct hoop_addr *root,
+                               uint64_t comm_id, struct hoop_uid *uid) {
+  int fd;
+  struct hoop_addr bound;
+  HOOP_CHECK(hoop__sock_listen(root, &fd, &bound));
+  pthread_mutex_lock(&root_listeners_lock);
+  size_t slot = 0;
+  size_t n = sizeof root_listeners / sizeof *root_listeners;
+  while (slot < n && root_listeners[slot].fd > 0)
+    slot++;
+  if (slot < n)
+    root_listeners[slot] = (struct root_listener){comm_id, fd};
+  pthread_mutex_unlock(&root_listeners_lock);
+  if (slot == n) {
+    close(fd);
+    return HOOP_ERROR(NULL, HOOP_ERR_INVALID_USAGE,
+                      "more than %zu unique ids are waiting for their "
+                      "rank 0 to call hoop_comm_init_rank",
+                      n);
+  }
+  memset(uid, 0, sizeof *uid);
+  uid->magic = HOOP_UID_MAGIC;
+  uid->comm_id = comm_id;
+  uid->root = bound;
+  return HOOP_SUCCESS;
+}
+
+hoop_result_t hoop__uid_parse(const hoop_unique_id_t *id,
+                              struct hoop_uid *uid) {
+  memcpy(uid, id->internal, sizeof *uid);
+  if (uid->magic != HOOP_UID_MAGIC ||
+      (uid->root.family != AF_INET && uid->root.family != AF_INET6))
+    return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
+                      "unique id is not one made by hoop_get_unique_id "
+                      "(bad magic or address family)");
+  return HOOP_SUCCESS;
+}
+
+/* A stable hash of this host's boot and network namespace. */
+static uint64_t host_hash(void) {
+  uint64_t h = 1469598103934665603ULL;
+  char boot_id[64] = "";
+  FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+  if (f != NULL) {
+    if (fgets(boot_id, sizeof boot_id, f) == NULL)
+      boot_id[0] = '\0';
+    fclose(f);
+  }
+  if (boot_id[0] == '\0')
+    gethostname(boot_id, sizeof boot_id);
+  for (const char *p = boot_id; *p != '\0'; p++)
+    h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+  struct stat st;
+  if (stat("/proc/self/ns/net", &st) == 0)
+    h = (h ^ (uint64_t)st.st_ino) * 1099511628211ULL;
+  return h;
+}
+
+struct hello {
+  uint32_t magic;
+  uint32_t version;
+  uint64_t comm_id;
+  int32_t rank;
+  int32_t nranks;
+  struct hoop_peer_info info;
+};
+
+struct reply {
+  int32_t status; /* hoop_result_t */
+  char message[256];
+};
+
+static void fill_self(struct hoop_comm *comm, const struct hoop_addr *listen) {
+  struct hoop_peer_info *me = &comm->peers[comm->rank];
+  memset(me, 0, sizeof *me);
+  me->addr = *listen;
+  me->host_hash = host_hash();
+  me->rank = comm->rank;
+  me->pid = (int32_t)getpid();
+  gethostname(me->hostname, sizeof me->hostname - 1);
+}
+
+/*
+ * Opens the data listener on `ip` (port chosen by the kernel), or on the
+ * address of HOOP_SOCKET_IFNAME when one is given.
+ */
+static hoop_result_t open_data_listener(struct hoop_comm *comm,
+                                        const struct hoop_addr *ip,
+                                        const char *ifname) {
+  struct hoop_addr want = *ip;
+  if (ifname != NULL && *ifname != '\0')
+    HOOP_CHECK(hoop__addr_of_interface(ifname, &want));
+  want.port = 0;
+  struct hoop_addr bound;
+  HOOP_CHECK(hoop__sock_listen(&want, &comm->listen_fd, &bound));
+  fill_self(comm, &bound);
+  return HOOP_SUCCESS;
+}
+
+static void send_reply_to_all(int *fds, int nranks, const struct reply *r,
+                              long long deadline) {
+  for (int i = 1; i < nranks; i++) {
+    if (fds[i] >= 0)
+      hoop__sock_send_all(NULL, fds[i], r, sizeof *r, deadline, "a rank");
+  }
+}
+
+/* Checks one hello against what rank 0 expects; fills `why` if bad. */
+static int hello_ok(const struct hoop_comm *comm, const struct hello *h,
+                    const int *fds, char *why, size_t len) {
+  if (h->magic != HOOP_WIRE_MAGIC || h->version != HOOP_WIRE_VERSION) {
+    snprintf(why, len, "a process that is not hoop (or another protocol "
+                       "version %u) connected to the rendezvous",
+             h->version);
+    return 0;
+  }
+  if (h->comm_id != comm->comm_id) {
+    snprintf(why, len, "a rank of another communicator (id %016llx) "
+                       "connected to this one's rendezvous",
+             (unsigned long long)h->comm_id);
+    return 0;
+  }
+  if (h->nranks != comm->nranks) {
+    snprintf(why, len, "rank %d says the communicator has %d ranks, rank 0 "
+                       "says %d",
+             h->rank, h->nranks, comm->nranks);
+    return 0;
+  }
+  if (h->rank <= 0 || h->rank >= comm->nranks) {
+    snprintf(why, len, "a process joined as rank %d of %d", h->rank,
+             comm->nranks);
+    return 0;
+  }
+  if (fds[h->rank] >= 0) {
+    snprintf(why, len, "two processes joined as rank %d", h->rank);
+    return 0;
+  }
+  return 1;
+}
+
+static void list_missing(const int *fds, int nranks, char *buf, size_t len) {
+  size_t used = 0;
+  int shown = 0;
+  buf[0] = '\0';
+  for (int i = 1; i < nranks && used + 16 < len; i++) {
+    if (fds[i] >= 0)
+      continue;
+    if (shown++ == 8) {
+      snprintf(buf + used, len - used, ", ...");
+      return;
+    }
+    used += (size_t)snprintf(buf + used, len - used, "%s%d",
+                             shown > 1 ? ", " : "", i);
+  }
+}
+
+static hoop_result_t root_gather(struct hoop_comm *comm, int lfd,
+                                 long long deadline) {
+  hoop_result_t res = HOOP_SUCCESS;
+  int n = comm->nranks;
+  int *fds = malloc(sizeof(int) * (size_t)n);
+  if (fds == NULL)
+    return HOOP_ERROR(comm, HOOP_ERR_NO_MEMORY, "bootstrap table");
+  for (int i = 0; i < n; i++)
+    fds[i] = -1;
+  struct reply rep = {HOOP_SUCCESS, ""};
+  for (int joined = 1; joined < n;) {
+    int fd;
+    res = hoop__sock_accept(comm, lfd, deadline, "the other ranks", &fd,
+                            NULL);
+    if (res == HOOP_ERR_TIMEOUT) {
+      char missing[128];
+      list_missing(fds, n, missing, sizeof missing);
+      res = HOOP_ERROR(comm, HOOP_ERR_TIMEOUT,
+                       "rendezvous: rank(s) %s of %d never joined within "
+                       "%d ms",
+                       missing, n, comm->timeout_ms);
+    }
+    if (res != HOOP_SUCCESS)
+      goto fail;
+    struct hello h;
+    if (hoop__sock_recv_all(comm, fd, &h, sizeof h, deadline,
+                            "a joining rank") != HOOP_SUCCESS) {
+      close(fd);
+      continue;
+    }
+    char why[200];
+    if (!hello_ok(comm, &h, fds, why, sizeof why)) {
+      struct reply bad = {HOOP_ERR_MISMATCH, ""};
+      snprintf(bad.message, sizeof bad.message, "%s", why);
+      hoop__sock_send_all(NULL, fd, &bad, sizeof bad, deadline, "a rank");
+      close(fd);
+      /* A stray process is ignored; a wrong member dooms the job. */
+      if (h.magic != HOOP_WIRE_MAGIC || h.comm_id != comm->comm_id)
+        continue;
+      res = HOOP_ERROR(comm, HOOP_ERR_MISMATCH, "rendezvous: %s", why);
+      goto fail;
+    }
+    fds[h.rank] = fd;
+    comm->peers[h.rank] = h.info;
+    joined++;
+  }
+  for (int i = 1; i < n; i++) {
+    res = hoop__sock_send_all(comm, fds[i], &rep, sizeof rep, deadline,
+                              "a rank");
+    if (res == HOOP_SUCCESS)
+      res = hoop__sock_send_all(comm, fds[i], comm->peers,
+                                sizeof *comm->peers * (size_t)n, deadline,
+                                "a rank");
+    if (res != HOOP_SUCCESS)
+      goto fail;
+  }
+  goto out;
+fail:
+  rep.status = res;
+  snprintf(rep.message, sizeof rep.message, "rank 0: %s", comm->last_error);
+  send_reply_to_all(fds, n, &rep, deadline);
+out:
+  for (int i = 0; i < n; i++)
+    if (fds[i] >= 0)
+      close(fds[i]);
+  free(fds);
+  return res;
+}
+
+static hoop_result_t join_root(struct hoop_comm *comm,
+                               const struct hoop_uid *uid, const char *ifname,
+                               long long deadline) {
+  char root_desc[96], astr[HOOP_ADDR_STRLEN];
+  snprintf(root_desc, sizeof root_desc, "rank 0 (rendezvous %s)",
+           hoop__addr_str(&uid->root, astr));
+  int fd = -1;
+  hoop_result_t res;
+  HOOP_CHECK(hoop__sock_connect(comm, &uid->root, deadline, root_desc, &fd));
+  /* Listen for data on the address that routes to rank 0. */
+  struct sockaddr_storage ss;
+  socklen_t sl = sizeof ss;
+  getsockname(fd, (struct sockaddr *)&ss, &sl);
+  struct hoop_addr local;
+  hoop__addr_from_sockaddr((struct sockaddr *)&ss, &local);
+  HOOP_CHECK_GOTO(open_data_listener(comm, &local, ifname), res, out);
+  struct hello h = {HOOP_WIRE_MAGIC, HOOP_WIRE_VERSION, comm->comm_id,
+                    comm->rank, comm->nranks, comm->peers[comm->rank]};
+  HOOP_CHECK_GOTO(hoop__sock_send_all(comm, fd, &h, sizeof h, deadline,
+                                      root_desc),
+                  res, out);
+  struct reply rep;
+  res = hoop__sock_recv_all(comm, fd, &rep, sizeof rep, deadline, root_desc);
+  if (res == HOOP_ERR_TIMEOUT)
+    res = HOOP_ERROR(comm, HOOP_ERR_TIMEOUT,
+                     "rendezvous: %s did not complete within %d ms (are "
+                     "all %d ranks started?)",
+                     root_desc, comm->timeout_ms, comm->nranks);
+  if (res != HOOP_SUCCESS)
+    goto out;
+  if (rep.status != HOOP_SUCCESS) {
+    rep.message[sizeof rep.message - 1] = '\0';
+    res = HOOP_ERROR(comm, (hoop_result_t)rep.status,
+                     "rendezvous failed: %s", rep.message);
+    goto out;
+  }
+  HOOP_CHECK_GOTO(hoop__sock_recv_all(comm, fd, comm->peers,
+                                      sizeof *comm->peers *
+                                          (size_t)comm->nranks,
+                                      deadline, root_desc),
+                  res, out);
+out:
+  close(fd);
+  return res;
+}
+
+hoop_result_t hoop__bootstrap(struct hoop_comm *comm,
+                              const struct hoop_uid *uid,
+                              const char *ifname) {
+  long long deadline = hoop__now_ms() + comm->timeout_ms;
+  comm->comm_id = uid->comm_id;
+  if (comm->rank != 0)
+    return join_root(comm, uid, ifname, deadline);
+
+  int lfd = adopt_root_listener(uid->comm_id);
+  if (lfd < 0) {
+    struct hoop_addr bound;
+    HOOP_CHECK(hoop__sock_listen(&uid->root, &lfd, &bound));
+  }
+  hoop_result_t res = open_data_listener(comm, &uid->root, ifname);
+  if (res == HOOP_SUCCESS && comm->nranks > 1)
+    res = root_gather(comm, lfd, deadline);
+  close(lfd);
+  return res;
+}

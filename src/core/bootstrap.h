@@ -1,0 +1,46 @@
+/*
+ * Rendezvous: every rank connects to rank 0, says who it is and where it
+ * listens for data connections; rank 0 checks the set and sends the full
+ * table back.  The TCP connections are closed afterwards.
+ */
+#ifndef HOOP_BOOTSTRAP_H
+#define HOOP_BOOTSTRAP_H
+
+#include <stdint.h>
+
+#include "hoop.h"
+#include "core/socket.h"
+
+struct hoop_comm;
+
+#define HOOP_UID_MAGIC 0x686f6f7055494431ULL /* "hoopUID1" */
+#define HOOP_WIRE_MAGIC 0x686f6f70u          /* "hoop" */
+#define HOOP_WIRE_VERSION 1u
+
+/* The inside of a hoop_unique_id_t. */
+struct hoop_uid {
+  uint64_t magic;
+  uint64_t comm_id;
+  struct hoop_addr root;
+};
+
+/*
+ * Fills a new id for a root listening on `root` (port 0 picks a free one);
+ * the listening socket is kept for this process's rank 0 to adopt.
+ */
+hoop_result_t hoop__uid_create(const struct hoop_addr *root,
+                               uint64_t comm_id, struct hoop_uid *uid);
+
+/* Reads and checks the id a user handed in. */
+hoop_result_t hoop__uid_parse(const hoop_unique_id_t *id,
+                              struct hoop_uid *uid);
+
+/*
+ * Runs the rendezvous for comm->rank of comm->nranks: creates comm's data
+ * listener and fills comm->peers.  Bounded by comm->timeout_ms.
+ */
+hoop_result_t hoop__bootstrap(struct hoop_comm *comm,
+                              const struct hoop_uid *uid,
+                              const char *ifname);
+
+#endif /* HOOP_BOOTSTRAP_H */

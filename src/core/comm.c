@@ -1,0 +1,482 @@
+/*
+ * Communicator lifecycle (create, destroy, abort), the registry of live
+ * communicators that lets every call reject a destroyed handle, and
+ * connection set-up between ranks.
+ */
+#include "core/comm.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "core/bootstrap.h"
+#include "core/error.h"
+#include "core/param.h"
+#include "transport/transport.h"
+
+/* ---- registry of live communicators ---------------------------------- */
+
+static struct hoop_comm **live;
+static size_t live_count, live_cap;
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static hoop_result_t registry_add(struct hoop_comm *comm) {
+  hoop_result_t res = HOOP_SUCCESS;
+  pthread_mutex_lock(&live_lock);
+  if (live_count == live_cap) {
+    size_t cap = live_cap ? live_cap * 2 : 16;
+    struct hoop_comm **grown = realloc(live, cap * sizeof *live);
+    if (grown == NULL) {
+      res = HOOP_ERR_NO_MEMORY;
+      goto out;
+    }
+    live = grown;
+    live_cap = cap;
+  }
+  live[live_count++] = comm;
+out:
+  pthread_mutex_unlock(&live_lock);
+  return res;
+}
+
+enum removal { REMOVED, NOT_LIVE, IN_USE };
+
+/* Removes comm from the live set; with only_idle, not while it is busy. */
+static enum removal registry_remove(struct hoop_comm *comm, bool only_idle) {
+  enum removal result = NOT_LIVE;
+  pthread_mutex_lock(&live_lock);
+  for (size_t i = 0; i < live_count; i++) {
+    if (live[i] != comm)
+      continue;
+    if (only_idle && __atomic_load_n(&comm->busy, __ATOMIC_ACQUIRE)) {
+      result = IN_USE;
+    } else {
+      live[i] = live[--live_count];
+      result = REMOVED;
+    }
+    break;
+  }
+  pthread_mutex_unlock(&live_lock);
+  return result;
+}
+
+static bool registry_has(const struct hoop_comm *comm) {
+  bool found = false;
+  pthread_mutex_lock(&live_lock);
+  for (size_t i = 0; i < live_count && !found; i++)
+    found = live[i] == comm;
+  pthread_mutex_unlock(&live_lock);
+  return found;
+}
+
+static hoop_result_t not_live(const void *comm, const char *what) {
+  return HOOP_ERROR(NULL, HOOP_ERR_INVALID_USAGE,
+                    "%s: communicator %p is not live (destroyed, aborted "
+                    "or never created)",
+                    what, comm);
+}
+
+/* ---- peers and connections -------------------------------------------- */
+
+const char *hoop__peer_desc(const struct hoop_comm *comm, int peer,
+                            char *buf, size_t len) {
+  char astr[HOOP_ADDR_STRLEN];
+  const struct hoop_peer_info *p = &comm->peers[peer];
+  snprintf(buf, len, "rank %d (%s, host %s, pid %d)", peer,
+           hoop__addr_str(&p->addr, astr), p->hostname, p->pid);
+  return buf;
+}
+
+struct handshake {
+  uint32_t magic;
+  uint32_t version;
+  uint64_t comm_id;
+  int32_t from;
+  int32_t to;
+  int32_t channel;
+  int32_t reserved;
+};
+
+static hoop_result_t dial(struct hoop_comm *comm, int peer, int channel,
+                          long long deadline, int *out) {
+  char desc[128];
+  hoop__peer_desc(comm, peer, desc, sizeof desc);
+  int fd;
+  HOOP_CHECK(hoop__sock_connect(comm, &comm->peers[peer].addr, deadline,
+                                desc, &fd));
+  struct handshake hs = {HOOP_WIRE_MAGIC, HOOP_WIRE_VERSION, comm->comm_id,
+                         comm->rank, peer, channel, 0};
+  int32_t status = HOOP_ERR_INTERNAL;
+  hoop_result_t res =
+      hoop__sock_send_all(comm, fd, &hs, sizeof hs, deadline, desc);
+  if (res == HOOP_SUCCESS)
+    res = hoop__sock_recv_all(comm, fd, &status, sizeof status, deadline,
+                              desc);
+  if (res == HOOP_SUCCESS && status != HOOP_SUCCESS)
+    res = HOOP_ERROR(comm, HOOP_ERR_MISMATCH,
+                     "%s refused the data connection for channel %d "
+                     "(communicator or protocol mismatch)",
+                     desc, channel);
+  if (res != HOOP_SUCCESS) {
+    close(fd);
+    return res;
+  }
+  *out = fd;
+  return HOOP_SUCCESS;
+}
+
+static bool take_pending(struct hoop_comm *comm, int peer, int channel,
+                         int *fd) {
+  for (struct hoop_pending_sock **pp = &comm->pending; *pp != NULL;
+       pp = &(*pp)->next) {
+    struct hoop_pending_sock *p = *pp;
+    if (p->peer == peer && p->channel == channel) {
+      *fd = p->fd;
+      *pp = p->next;
+      free(p);
+      return true;
+    }
+  }
+  return false;
+}
+
+/* Accepts until `peer` dials for `channel`, keeping other ranks' dials. */
+static hoop_result_t accept_from(struct hoop_comm *comm, int peer,
+                                 int channel, long long deadline, int *out) {
+  char desc[128];
+  hoop__peer_desc(comm, peer, desc, sizeof desc);
+  while (!take_pending(comm, peer, channel, out)) {
+    int fd;
+    struct hoop_addr from;
+    HOOP_CHECK(hoop__sock_accept(comm, comm->listen_fd, deadline, desc, &fd,
+                                 &from));
+    struct handshake hs;
+    if (hoop__sock_recv_all(comm, fd, &hs, sizeof hs, deadline,
+                            "a connecting rank") != HOOP_SUCCESS) {
+      close(fd);
+      continue;
+    }
+    bool ok = hs.magic == HOOP_WIRE_MAGIC &&
+              hs.version == HOOP_WIRE_VERSION &&
+              hs.comm_id == comm->comm_id && hs.to == comm->rank &&
+              hs.from >= 0 && hs.from < comm->nranks && hs.channel >= 0 &&
+              hs.channel < comm->nsocks;
+    int32_t status = ok ? HOOP_SUCCESS : HOOP_ERR_MISMATCH;
+    hoop__sock_send_all(comm, fd, &status, sizeof status, deadline,
+                        "a connecting rank");
+    if (!ok) {
+      char astr[HOOP_ADDR_STRLEN];
+      HOOP_WARN("rank %d: refused a data connection from %s (not for this "
+                "communicator, rank or channel)",
+                comm->rank, hoop__addr_str(&from, astr));
+      close(fd);
+      continue;
+    }
+    struct hoop_pending_sock *p = malloc(sizeof *p);
+    if (p == NULL) {
+      close(fd);
+      return HOOP_ERROR(comm, HOOP_ERR_NO_MEMORY, "pending connection");
+    }
+    *p = (struct hoop_pending_sock){comm->pending, fd, hs.from, hs.channel};
+    comm->pending = p;
+  }
+  return HOOP_SUCCESS;
+}
+
+hoop_result_t hoop__comm_open_socket(struct hoop_comm *comm, int peer,
+                                     int channel, int *fd) {
+  long long deadline = hoop__now_ms() + comm->timeout_ms;
+  if (comm->rank < peer)
+    return dial(comm, peer, channel, deadline, fd);
+  return accept_from(comm, peer, channel, deadline, fd);
+}
+
+hoop_result_t hoop__comm_conn(struct hoop_comm *comm, int peer, int channel,
+                              struct hoop_conn **conn) {
+  struct hoop_conn **slot = &comm->conns[peer * comm->nsocks + channel];
+  if (*slot == NULL)
+    HOOP_CHECK(hoop__transport_connect(comm, peer, channel, slot));
+  *conn = *slot;
+  return HOOP_SUCCESS;
+}
+
+void hoop__comm_break(struct hoop_comm *comm, hoop_result_t result) {
+  if (comm->broken != HOOP_SUCCESS)
+    return;
+  comm->broken = result;
+  memcpy(comm->broken_reason, comm->last_error, sizeof comm->broken_reason);
+  for (int i = 0; i < comm->nranks * comm->nsocks; i++) {
+    if (comm->conns[i] != NULL)
+      comm->conns[i]->ops->shutdown(comm->conns[i]);
+  }
+}
+
+hoop_result_t hoop__comm_scratch(struct hoop_comm *comm, size_t bytes,
+                                 void **ptr) {
+  if (comm->scratch_bytes < bytes) {
+    void *p = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    if (p == NULL)
+      return HOOP_ERROR(comm, HOOP_ERR_NO_MEMORY,
+                        "scratch buffer of %zu bytes", bytes);
+    free(comm->scratch);
+    comm->scratch = p;
+    comm->scratch_bytes = bytes;
+  }
+  *ptr = comm->scratch;
+  return HOOP_SUCCESS;
+}
+
+hoop_result_t hoop__comm_enter(struct hoop_comm *comm, const char *what) {
+  if (comm == NULL)
+    return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
+                      "%s: communicator is NULL", what);
+  /*
+   * Checking liveness and claiming the communicator under one lock means
+   * hoop_comm_abort() either sees this call as busy or it never starts.
+   */
+  pthread_mutex_lock(&live_lock);
+  bool found = false;
+  for (size_t i = 0; i < live_count && !found; i++)
+    found = live[i] == comm;
+  int was_busy = 1;
+  if (found)
+    was_busy = __atomic_exchange_n(&comm->busy, 1, __ATOMIC_ACQUIRE);
+  pthread_mutex_unlock(&live_lock);
+  if (!found)
+    return not_live(comm, what);
+  if (was_busy)
+    return HOOP_ERROR(comm, HOOP_ERR_INVALID_USAGE,
+                      "%s: another thread is using this communicator", what);
+  if (comm->broken != HOOP_SUCCESS) {
+    hoop__comm_leave(comm);
+    return HOOP_ERROR(comm, comm->broken,
+                      "%s: communicator is broken by an earlier error and "
+                      "must be destroyed; that error was: %s",
+                      what, comm->broken_reason);
+  }
+  return HOOP_SUCCESS;
+}
+
+void hoop__comm_leave(struct hoop_comm *comm) {
+  __atomic_store_n(&comm->busy, 0, __ATOMIC_RELEASE);
+}
+
+/* ---- lifecycle --------------------------------------------------------- */
+
+static void comm_free(struct hoop_comm *comm) {
+  if (comm == NULL)
+    return;
+  if (comm->conns != NULL) {
+    for (int i = 0; i < comm->nranks * comm->nsocks; i++) {
+      if (comm->conns[i] != NULL)
+        comm->conns[i]->ops->close(comm->conns[i]);
+    }
+  }
+  while (comm->pending != NULL) {
+    struct hoop_pending_sock *p = comm->pending;
+    comm->pending = p->next;
+    close(p->fd);
+    free(p);
+  }
+  hoop__sock_close(&comm->listen_fd);
+  free(comm->conns);
+  free(comm->peers);
+  free(comm->scratch);
+  free(comm);
+}
+
+static hoop_result_t apply_config(struct hoop_comm *comm,
+                                  const hoop_config_t *cfg,
+                                  const char **ifname) {
+  comm->timeout_ms = (int)hoop__param_timeout_ms();
+  comm->nsocks = (int)hoop__param_nsocks();
+  comm->slice_bytes = (size_t)hoop__param_slice_bytes();
+  comm->sockbuf_bytes = (size_t)hoop__param_sockbuf_bytes();
+  *ifname = getenv("HOOP_SOCKET_IFNAME");
+  if (cfg != NULL) {
+    if (cfg->size < sizeof(hoop_config_t) || cfg->version == 0 ||
+        cfg->version > HOOP_CONFIG_VERSION)
+      return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
+                        "config was not initialised with HOOP_CONFIG_INIT "
+                        "(size %zu, version %u)",
+                        cfg->size, cfg->version);
+    if (cfg->timeout_ms < 0 || cfg->nsocks < 0)
+      return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
+                        "config: timeout_ms and nsocks must be >= 0");
+    if (cfg->timeout_ms > 0)
+      comm->timeout_ms = cfg->timeout_ms;
+    if (cfg->nsocks > 0)
+      comm->nsocks = cfg->nsocks;
+    if (cfg->slice_bytes > 0)
+      comm->slice_bytes = cfg->slice_bytes;
+    if (cfg->socket_ifname != NULL)
+      *ifname = cfg->socket_ifname;
+  }
+  if (comm->timeout_ms <= 0)
+    comm->timeout_ms = 300000;
+  if (comm->nsocks < 1 || comm->nsocks > HOOP_MAX_NSOCKS)
+    return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
+                      "HOOP_NSOCKS/nsocks=%d is outside 1..%d", comm->nsocks,
+                      HOOP_MAX_NSOCKS);
+  if (comm->slice_bytes < 4096 || comm->slice_bytes > (64u << 20))
+    return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
+                      "HOOP_SLICE_BYTES/slice_bytes=%zu is outside 4K..64M",
+                      comm->slice_bytes);
+  comm->slice_bytes &= ~(size_t)63;
+  return HOOP_SUCCESS;
+}
+
+hoop_result_t hoop__comm_create(struct hoop_comm **out, int nranks, int rank,
+                                const hoop_unique_id_t *id,
+                                const hoop_config_t *config) {
+  hoop_result_t res;
+  struct hoop_uid uid;
+  const char *ifname;
+  HOOP_CHECK(hoop__uid_parse(id, &uid));
+  struct hoop_comm *comm = calloc(1, sizeof *comm);
+  if (comm == NULL)
+    return HOOP_ERROR(NULL, HOOP_ERR_NO_MEMORY, "communicator");
+  comm->listen_fd = -1;
+  comm->rank = rank;
+  comm->nranks = nranks;
+  HOOP_CHECK_GOTO(apply_config(comm, config, &ifname), res, out_free);
+  comm->peers = calloc((size_t)nranks, sizeof *comm->peers);
+  comm->conns = calloc((size_t)nranks * (size_t)comm->nsocks,
+                       sizeof *comm->conns);
+  if (comm->peers == NULL || comm->conns == NULL) {
+    res = HOOP_ERROR(NULL, HOOP_ERR_NO_MEMORY, "communicator tables");
+    goto out_free;
+  }
+  HOOP_CHECK_GOTO(hoop__bootstrap(comm, &uid, ifname), res, out_free);
+  /* Connect the ring now, so a bad network fails here and not mid-job. */
+  if (nranks > 1) {
+    for (int ch = 0; ch < comm->nsocks; ch++) {
+      struct hoop_conn *c;
+      HOOP_CHECK_GOTO(hoop__comm_conn(comm, (rank + 1) % nranks, ch, &c),
+                      res, out_free);
+      HOOP_CHECK_GOTO(
+          hoop__comm_conn(comm, (rank + nranks - 1) % nranks, ch, &c), res,
+          out_free);
+    }
+  }
+  if (registry_add(comm) != HOOP_SUCCESS) {
+    res = HOOP_ERROR(NULL, HOOP_ERR_NO_MEMORY, "communicator registry");
+    goto out_free;
+  }
+  HOOP_INFO("rank %d of %d joined communicator %016llx (%d socket(s) per "
+            "peer, slice %zu bytes, timeout %d ms)",
+            rank, nranks, (unsigned long long)comm->comm_id, comm->nsocks,
+            comm->slice_bytes, comm->timeout_ms);
+  *out = comm;
+  return HOOP_SUCCESS;
+out_free:
+  comm_free(comm);
+  return res;
+}
+
+hoop_result_t hoop_get_unique_id(hoop_unique_id_t *id) {
+  if (id == NULL)
+    return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
+                      "hoop_get_unique_id: id is NULL");
+  struct hoop_addr root = {.family = AF_INET, .ip = {127, 0, 0, 1}};
+  const char *ifname = getenv("HOOP_SOCKET_IFNAME");
+  if (ifname != NULL && *ifname != '\0')
+    HOOP_CHECK(hoop__addr_of_interface(ifname, &root));
+  root.port = 0;
+  uint64_t comm_id = 0;
+  while (comm_id == 0) {
+    if (getrandom(&comm_id, sizeof comm_id, 0) != sizeof comm_id)
+      comm_id = ((uint64_t)getpid() << 32) ^ (uint64_t)hoop__now_ns();
+  }
+  struct hoop_uid uid;
+  HOOP_CHECK(hoop__uid_create(&root, comm_id, &uid));
+  memset(id, 0, sizeof *id);
+  memcpy(id->internal, &uid, sizeof uid);
+  return HOOP_SUCCESS;
+}
+
+hoop_result_t hoop_comm_init_rank(hoop_comm_t *comm, int nranks,
+                                  const hoop_unique_id_t *id, int rank,
+                                  const hoop_config_t *config) {
+  if (comm == NULL || id == NULL)
+    return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
+                      "hoop_comm_init_rank: %s is NULL",
+                      comm == NULL ? "comm" : "id");
+  *comm = NULL;
+  if (nranks < 1 || nranks > HOOP_MAX_RANKS)
+    return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
+                      "hoop_comm_init_rank: nranks=%d is outside 1..%d",
+                      nranks, HOOP_MAX_RANKS);
+  if (rank < 0 || rank >= nranks)
+    return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
+                      "hoop_comm_init_rank: rank=%d is outside 0..%d", rank,
+                      nranks - 1);
+  return hoop__comm_create(comm, nranks, rank, id, config);
+}
+
+hoop_result_t hoop_comm_destroy(hoop_comm_t comm) {
+  if (comm == NULL)
+    return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
+                      "hoop_comm_destroy: communicator is NULL");
+  switch (registry_remove(comm, true)) {
+  case NOT_LIVE:
+    return not_live(comm, "hoop_comm_destroy");
+  case IN_USE:
+    return HOOP_ERROR(comm, HOOP_ERR_INVALID_USAGE,
+                      "hoop_comm_destroy: a collective is still running "
+                      "on this communicator (use hoop_comm_abort)");
+  case REMOVED:
+    break;
+  }
+  comm_free(comm);
+  return HOOP_SUCCESS;
+}
+
+hoop_result_t hoop_comm_abort(hoop_comm_t comm) {
+  if (comm == NULL)
+    return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
+                      "hoop_comm_abort: communicator is NULL");
+  if (registry_remove(comm, false) != REMOVED)
+    return not_live(comm, "hoop_comm_abort");
+  __atomic_store_n(&comm->aborted, 1, __ATOMIC_RELEASE);
+  for (int i = 0; i < comm->nranks * comm->nsocks; i++) {
+    if (comm->conns[i] != NULL)
+      comm->conns[i]->ops->shutdown(comm->conns[i]);
+  }
+  /* A collective in another thread sees the flag within one poll round. */
+  while (__atomic_load_n(&comm->busy, __ATOMIC_ACQUIRE))
+    sched_yield();
+  comm_free(comm);
+  return HOOP_SUCCESS;
+}
+
+hoop_result_t hoop_comm_rank(hoop_comm_t comm, int *rank) {
+  if (comm == NULL || rank == NULL)
+    return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
+                      "hoop_comm_rank: NULL argument");
+  if (!registry_has(comm))
+    return not_live(comm, "hoop_comm_rank");
+  *rank = comm->rank;
+  return HOOP_SUCCESS;
+}
+
+hoop_result_t hoop_comm_size(hoop_comm_t comm, int *nranks) {
+  if (comm == NULL || nranks == NULL)
+    return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
+                      "hoop_comm_size: NULL argument");
+  if (!registry_has(comm))
+    return not_live(comm, "hoop_comm_size");
+  *nranks = comm->nranks;
+  return HOOP_SUCCESS;
+}
+
+const char *hoop_comm_last_error(hoop_comm_t comm) {
+  if (comm == NULL || !registry_has(comm))
+    return "communicator is not live (destroyed, aborted or never created)";
+  return comm->last_error;
+}

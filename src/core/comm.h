@@ -1,0 +1,108 @@
+/*
+ * The communicator: who the ranks are, how to reach them, the connections
+ * made so far, and the state that every collective shares (sequence number,
+ * broken flag, last error, scratch memory).
+ */
+#ifndef HOOP_COMM_H
+#define HOOP_COMM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hoop.h"
+#include "core/socket.h"
+
+#define HOOP_ERROR_MAX 512
+#define HOOP_MAX_RANKS 65536
+#define HOOP_MAX_NSOCKS 16
+
+/* What every rank publishes about itself at bootstrap. */
+struct hoop_peer_info {
+  struct hoop_addr addr; /* where it accepts data connections */
+  uint64_t host_hash;    /* boot id + network namespace: same host? */
+  int32_t rank;
+  int32_t pid;
+  char hostname[64];
+};
+
+struct hoop_conn;
+
+/* An accepted data socket whose owner has not asked for it yet. */
+struct hoop_pending_sock {
+  struct hoop_pending_sock *next;
+  int fd;
+  int peer;
+  int channel;
+};
+
+struct hoop_comm {
+  int rank;
+  int nranks;
+  uint64_t comm_id;
+  struct hoop_peer_info *peers; /* [nranks] */
+
+  int listen_fd;
+  struct hoop_pending_sock *pending;
+  struct hoop_conn **conns; /* [nranks * nsocks], NULL until connected */
+
+  int timeout_ms;
+  int nsocks;
+  size_t slice_bytes;
+  size_t sockbuf_bytes;
+
+  uint64_t seq; /* collectives started, the same on every rank */
+  hoop_result_t broken; /* HOOP_SUCCESS, or the error that broke it */
+  int aborted;          /* set by hoop_comm_abort, read atomically */
+  int busy;             /* a collective is running, read atomically */
+
+  void *scratch; /* per-channel outboxes of the pipelined schedules */
+  size_t scratch_bytes;
+
+  char last_error[HOOP_ERROR_MAX];
+  char broken_reason[HOOP_ERROR_MAX]; /* the error that broke it */
+};
+
+/* "rank 3 (10.0.0.2:41234, host node7)", for error messages. */
+const char *hoop__peer_desc(const struct hoop_comm *comm, int peer,
+                            char *buf, size_t len);
+
+/*
+ * The connection to `peer` for `channel`, made on first use.  Blocking and
+ * bounded by the communicator's timeout; the peer must be asking for the
+ * same connection at about the same time.
+ */
+hoop_result_t hoop__comm_conn(struct hoop_comm *comm, int peer, int channel,
+                              struct hoop_conn **conn);
+
+/*
+ * Connection set-up for transports: a handshaken TCP socket to `peer` for
+ * `channel`.  The lower rank dials, the higher accepts, so two ranks never
+ * both wait on each other.
+ */
+hoop_result_t hoop__comm_open_socket(struct hoop_comm *comm, int peer,
+                                     int channel, int *fd);
+
+/*
+ * Marks the communicator broken by `result` and shuts its connections
+ * down, so that peers blocked on it fail at once instead of timing out.
+ */
+void hoop__comm_break(struct hoop_comm *comm, hoop_result_t result);
+
+/* Scratch of at least `bytes`, reused across calls. */
+hoop_result_t hoop__comm_scratch(struct hoop_comm *comm, size_t bytes,
+                                 void **ptr);
+
+/*
+ * Every collective starts with enter: comm must be a live communicator,
+ * not broken, and not in use by another thread.  leave undoes enter.
+ */
+hoop_result_t hoop__comm_enter(struct hoop_comm *comm, const char *what);
+void hoop__comm_leave(struct hoop_comm *comm);
+
+/* Joins a communicator: bootstrap, then the ring neighbours' connections. */
+hoop_result_t hoop__comm_create(struct hoop_comm **out, int nranks, int rank,
+                                const hoop_unique_id_t *id,
+                                const hoop_config_t *config);
+
+#endif /* HOOP_COMM_H */

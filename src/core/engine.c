@@ -1,0 +1,368 @@
+/* The progress engine for chain schedules; see engine.h. */
+#include "core/engine.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/comm.h"
+#include "core/error.h"
+#include "reduce/reduce.h"
+#include "transport/transport.h"
+
+#define HEADER_BYTES sizeof(struct hoop_wire_header)
+#define MAX_IOV 8
+
+const char *hoop__coll_name(enum hoop_coll coll) {
+  switch (coll) {
+  case HOOP_COLL_ALLREDUCE: return "allreduce";
+  case HOOP_COLL_REDUCE_SCATTER: return "reduce_scatter";
+  case HOOP_COLL_ALLGATHER: return "allgather";
+  }
+  return "unknown-collective";
+}
+
+static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
+
+/* Bytes of slice `round` of a step that moves `bytes` in all. */
+static size_t window(size_t bytes, size_t round, size_t slice) {
+  size_t start = round * slice;
+  return bytes > start ? min_size(slice, bytes - start) : 0;
+}
+
+static size_t out_bytes(const struct hoop_chain *c, int step) {
+  return step == 0 ? c->first_bytes : c->steps[step - 1].bytes;
+}
+
+/* Moves a cursor past finished and empty windows; returns 1 at the end. */
+static int advance(const struct hoop_chain *c, size_t slice, int out,
+                   size_t *round, int *step, size_t *off) {
+  for (;;) {
+    if (*round >= c->rounds)
+      return 1;
+    size_t bytes = out ? out_bytes(c, *step) : c->steps[*step].bytes;
+    if (*off < window(bytes, *round, slice))
+      return 0;
+    *off = 0;
+    if (++*step == c->nsteps) {
+      *step = 0;
+      ++*round;
+    }
+  }
+}
+
+/* How much of in-step `step` of `round` has been received and processed. */
+static size_t processed(const struct hoop_chain *c, size_t slice,
+                        size_t round, int step) {
+  if (c->in_done || c->in_round > round ||
+      (c->in_round == round && c->in_step > step))
+    return window(c->steps[step].bytes, round, slice);
+  if (c->in_round == round && c->in_step == step)
+    return c->in_off;
+  return 0;
+}
+
+/* Contiguous outbox bytes starting `skip` bytes past its head. */
+static size_t outbox_span(const struct hoop_bytering *r, size_t skip,
+                          const char **ptr) {
+  size_t pos = r->head + skip;
+  size_t off = pos % r->cap;
+  *ptr = r->buf + off;
+  return min_size(r->tail - pos, r->cap - off);
+}
+
+/*
+ * Gathers what out-stream can send now, from the cursor on, into iov:
+ * the rest of the header, then ready bytes of consecutive windows.
+ */
+static int gather_out(const struct hoop_chain_job *job,
+                      const struct hoop_chain *c, struct iovec *iov,
+                      size_t *total) {
+  int n = 0;
+  *total = 0;
+  if (c->hdr_sent < HEADER_BYTES) {
+    iov[n].iov_base = (char *)&job->header + c->hdr_sent;
+    iov[n].iov_len = HEADER_BYTES - c->hdr_sent;
+    *total += iov[n++].iov_len;
+  }
+  size_t slice = job->slice_bytes, round = c->out_round, off = c->out_off;
+  int step = c->out_step;
+  size_t outbox_taken = 0;
+  while (n < MAX_IOV && !advance(c, slice, 1, &round, &step, &off)) {
+    size_t win = window(out_bytes(c, step), round, slice);
+    const char *ptr;
+    size_t avail;
+    if (step == 0) {
+      ptr = c->first + round * slice + off;
+      avail = win - off;
+    } else {
+      const struct hoop_chain_step *prev = &c->steps[step - 1];
+      avail = processed(c, slice, round, step - 1) - off;
+      if (prev->action == HOOP_IN_REDUCE_FORWARD) {
+        avail = min_size(avail, outbox_span(&c->outbox, outbox_taken, &ptr));
+        outbox_taken += avail;
+      } else {
+        ptr = prev->dst + round * slice + off;
+      }
+    }
+    if (avail == 0)
+      break;
+    iov[n].iov_base = (void *)ptr;
+    iov[n].iov_len = avail;
+    *total += avail;
+    n++;
+    off += avail;
+    if (off < win)
+      break;
+  }
+  return n;
+}
+
+static hoop_result_t send_progress(struct hoop_chain_job *job,
+                                   struct hoop_chain *c, int *progress) {
+  if (c->out_done)
+    return HOOP_SUCCESS;
+  struct iovec iov[MAX_IOV];
+  size_t want;
+  int n = gather_out(job, c, iov, &want);
+  if (n == 0)
+    return HOOP_SUCCESS; /* waiting for the in-stream, not the socket */
+  size_t sent;
+  HOOP_CHECK(c->send_conn->ops->send(c->send_conn, iov, n, &sent));
+  c->want_pollout = sent < want;
+  if (sent == 0)
+    return HOOP_SUCCESS;
+  *progress = 1;
+  c->bytes_out += sent;
+  size_t hdr = min_size(sent, HEADER_BYTES - c->hdr_sent);
+  c->hdr_sent += hdr;
+  sent -= hdr;
+  size_t slice = job->slice_bytes;
+  while (sent > 0) {
+    advance(c, slice, 1, &c->out_round, &c->out_step, &c->out_off);
+    size_t win = window(out_bytes(c, c->out_step), c->out_round, slice);
+    size_t take = min_size(sent, win - c->out_off);
+    if (c->out_step > 0 &&
+        c->steps[c->out_step - 1].action == HOOP_IN_REDUCE_FORWARD)
+      hoop__bytering_consume(&c->outbox, take);
+    c->out_off += take;
+    sent -= take;
+  }
+  c->out_done = c->hdr_sent == HEADER_BYTES &&
+                advance(c, slice, 1, &c->out_round, &c->out_step,
+                        &c->out_off);
+  return HOOP_SUCCESS;
+}
+
+void hoop__describe_call(const struct hoop_wire_header *h, char *buf,
+                         size_t len) {
+  snprintf(buf, len, "%s #%llu (count %llu, %s, %s, root %d, slice %u, "
+                     "%u channel(s))",
+           hoop__coll_name((enum hoop_coll)h->coll),
+           (unsigned long long)h->seq, (unsigned long long)h->count,
+           hoop_dtype_name((hoop_dtype_t)h->dtype),
+           hoop_op_name((hoop_op_t)h->op), h->root, h->slice_bytes,
+           h->nchannels);
+}
+
+static hoop_result_t check_header(const struct hoop_chain_job *job,
+                                  const struct hoop_chain *c,
+                                  const void *bytes) {
+  struct hoop_wire_header got;
+  memcpy(&got, bytes, sizeof got);
+  const struct hoop_wire_header *mine = &job->header;
+  if (got.magic != mine->magic || got.version != mine->version)
+    return HOOP_ERROR(job->comm, HOOP_ERR_MISMATCH,
+                      "stream from %s is out of step: expected a header "
+                      "(magic %08x) and got %08x",
+                      c->recv_conn->peer_desc, mine->magic, got.magic);
+  if (got.coll == mine->coll && got.dtype == mine->dtype &&
+      got.op == mine->op && got.seq == mine->seq &&
+      got.count == mine->count && got.root == mine->root &&
+      got.slice_bytes == mine->slice_bytes &&
+      got.nchannels == mine->nchannels)
+    return HOOP_SUCCESS;
+  char a[200], b[200];
+  hoop__describe_call(mine, a, sizeof a);
+  hoop__describe_call(&got, b, sizeof b);
+  return HOOP_ERROR(job->comm, HOOP_ERR_MISMATCH,
+                    "ranks disagree: this rank called %s but %s called %s",
+                    a, c->recv_conn->peer_desc, b);
+}
+
+static hoop_result_t receive_header(struct hoop_chain_job *job,
+                                    struct hoop_chain *c, int *progress) {
+  struct hoop_conn *conn = c->recv_conn;
+  size_t first = c->rounds > 0 ? window(c->steps[0].bytes, 0,
+                                        job->slice_bytes)
+                               : 0;
+  const void *p;
+  size_t avail;
+  HOOP_CHECK(conn->ops->peek(conn, HEADER_BYTES + first, &p, &avail));
+  if (avail < HEADER_BYTES) {
+    c->want_pollin = 1;
+    return HOOP_SUCCESS;
+  }
+  HOOP_CHECK(check_header(job, c, p));
+  conn->ops->release(conn, HEADER_BYTES);
+  c->hdr_received = HEADER_BYTES;
+  c->bytes_in += HEADER_BYTES;
+  *progress = 1;
+  return HOOP_SUCCESS;
+}
+
+/* Receives and processes what the in-stream has; returns when it stalls. */
+static hoop_result_t recv_progress(struct hoop_chain_job *job,
+                                   struct hoop_chain *c, int *progress) {
+  struct hoop_conn *conn = c->recv_conn;
+  size_t slice = job->slice_bytes, esz = job->elem_size;
+  c->want_pollin = 0;
+  if (c->hdr_received < HEADER_BYTES) {
+    HOOP_CHECK(receive_header(job, c, progress));
+    if (c->hdr_received < HEADER_BYTES)
+      return HOOP_SUCCESS;
+  }
+  while (!(c->in_done = advance(c, slice, 0, &c->in_round, &c->in_step,
+                                &c->in_off))) {
+    const struct hoop_chain_step *s = &c->steps[c->in_step];
+    size_t pos = c->in_round * slice + c->in_off;
+    size_t left = window(s->bytes, c->in_round, slice) - c->in_off;
+    size_t moved;
+    if (s->action == HOOP_IN_COPY) {
+      HOOP_CHECK(conn->ops->recv(conn, s->dst + pos, left, &moved));
+    } else {
+      const void *in;
+      size_t avail;
+      HOOP_CHECK(conn->ops->peek(conn, left, &in, &avail));
+      moved = min_size(avail, left) / esz * esz;
+      char *out = s->dst + pos;
+      if (s->action == HOOP_IN_REDUCE_FORWARD) {
+        /* A full outbox waits for the out-stream, not for the socket. */
+        size_t room = hoop__bytering_writable(&c->outbox, &out) / esz * esz;
+        if (room == 0)
+          return HOOP_SUCCESS;
+        moved = min_size(moved, room);
+      }
+      if (moved > 0) {
+        hoop__reduce(out, in, s->local + pos, moved / esz, job->dtype,
+                     job->op);
+        if (s->action == HOOP_IN_REDUCE_FORWARD)
+          hoop__bytering_produce(&c->outbox, moved);
+        else if (job->op == HOOP_AVG)
+          hoop__reduce_div(out, moved / esz, job->dtype,
+                           job->comm->nranks);
+        conn->ops->release(conn, moved);
+      }
+    }
+    if (moved == 0) {
+      c->want_pollin = 1;
+      return HOOP_SUCCESS;
+    }
+    c->in_off += moved;
+    c->bytes_in += moved;
+    *progress = 1;
+  }
+  return HOOP_SUCCESS;
+}
+
+static hoop_result_t stalled_error(struct hoop_chain_job *job) {
+  for (int i = 0; i < job->nchains; i++) {
+    const struct hoop_chain *c = &job->chains[i];
+    if (!c->in_done)
+      return HOOP_ERROR(job->comm, HOOP_ERR_TIMEOUT,
+                        "no progress for %d ms waiting for data from %s "
+                        "(received %llu of %llu bytes)",
+                        job->comm->timeout_ms, c->recv_conn->peer_desc,
+                        (unsigned long long)c->bytes_in,
+                        (unsigned long long)c->total_in);
+    if (!c->out_done)
+      return HOOP_ERROR(job->comm, HOOP_ERR_TIMEOUT,
+                        "no progress for %d ms sending to %s (sent %llu of "
+                        "%llu bytes)",
+                        job->comm->timeout_ms, c->send_conn->peer_desc,
+                        (unsigned long long)c->bytes_out,
+                        (unsigned long long)c->total_out);
+  }
+  return HOOP_ERROR(job->comm, HOOP_ERR_INTERNAL, "stalled");
+}
+
+static void add_pollfd(struct pollfd *fds, int *n, int fd, short events) {
+  for (int i = 0; i < *n; i++) {
+    if (fds[i].fd == fd) {
+      fds[i].events |= events;
+      return;
+    }
+  }
+  fds[*n] = (struct pollfd){.fd = fd, .events = events};
+  ++*n;
+}
+
+/* Sleeps until a wanted fd is ready; returns the number of fds polled. */
+static int wait_for_io(struct hoop_chain_job *job, long long deadline) {
+  struct pollfd fds[2 * 16];
+  int n = 0;
+  for (int i = 0; i < job->nchains && n + 2 <= 32; i++) {
+    struct hoop_chain *c = &job->chains[i];
+    if (c->want_pollin && !c->in_done)
+      add_pollfd(fds, &n, c->recv_conn->ops->poll_fd(c->recv_conn), POLLIN);
+    if (c->want_pollout && !c->out_done)
+      add_pollfd(fds, &n, c->send_conn->ops->poll_fd(c->send_conn),
+                 POLLOUT);
+  }
+  if (n == 0)
+    return 0;
+  long long left = deadline - hoop__now_ms();
+  if (left > 0)
+    poll(fds, (nfds_t)n, left > 1000 ? 1000 : (int)left);
+  return n;
+}
+
+static void prepare(struct hoop_chain_job *job) {
+  size_t slice = job->slice_bytes;
+  for (int i = 0; i < job->nchains; i++) {
+    struct hoop_chain *c = &job->chains[i];
+    size_t longest = c->first_bytes;
+    c->total_out = HEADER_BYTES + c->first_bytes;
+    c->total_in = HEADER_BYTES;
+    for (int k = 0; k < c->nsteps; k++) {
+      longest = c->steps[k].bytes > longest ? c->steps[k].bytes : longest;
+      c->total_in += c->steps[k].bytes;
+      if (k + 1 < c->nsteps)
+        c->total_out += c->steps[k].bytes;
+    }
+    c->rounds = (longest + slice - 1) / slice;
+  }
+}
+
+hoop_result_t hoop__engine_run(struct hoop_chain_job *job) {
+  struct hoop_comm *comm = job->comm;
+  prepare(job);
+  long long deadline = hoop__now_ms() + comm->timeout_ms;
+  for (;;) {
+    if (__atomic_load_n(&comm->aborted, __ATOMIC_ACQUIRE))
+      return HOOP_ERROR(comm, HOOP_ERR_ABORTED,
+                        "hoop_comm_abort() was called during the "
+                        "collective");
+    int progress = 0, done = 1;
+    for (int i = 0; i < job->nchains; i++) {
+      struct hoop_chain *c = &job->chains[i];
+      HOOP_CHECK(recv_progress(job, c, &progress));
+      HOOP_CHECK(send_progress(job, c, &progress));
+      /* Sending may have freed outbox room that the in-stream waits on. */
+      HOOP_CHECK(recv_progress(job, c, &progress));
+      done &= c->in_done && c->out_done;
+    }
+    if (done)
+      return HOOP_SUCCESS;
+    if (progress) {
+      deadline = hoop__now_ms() + comm->timeout_ms;
+      continue;
+    }
+    if (hoop__now_ms() >= deadline)
+      return stalled_error(job);
+    if (wait_for_io(job, deadline) == 0)
+      return HOOP_ERROR(comm, HOOP_ERR_INTERNAL,
+                        "schedule stalled with nothing to wait for");
+  }
+}

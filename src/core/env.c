@@ -1,0 +1,201 @@
+/*
+ * hoop_comm_init_env: rank, size and rendezvous from the environment that
+ * hoop-run, torchrun, Open MPI's mpirun or Slurm's srun set up.
+ *
+ * The rendezvous address comes from HOOP_ROOT_ADDR, else from torchrun's
+ * MASTER_ADDR and MASTER_PORT + 1 (torchrun's own store already listens on
+ * MASTER_PORT).  mpirun and srun give no address: then rank 0 publishes a
+ * unique id in a file named after the job, which works when all ranks share
+ * one host (the common `mpirun -np 4 prog` case); jobs across hosts set
+ * HOOP_ROOT_ADDR or MASTER_ADDR.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/bootstrap.h"
+#include "core/comm.h"
+#include "core/error.h"
+#include "core/param.h"
+
+struct launch_env {
+  const char *source; /* which launcher's variables were used */
+  int rank;
+  int nranks;
+  char root_addr[256]; /* "host:port", or "" */
+  char job_key[128];   /* names the id file when there is no address */
+};
+
+static int env_int(const char *name, int *value) {
+  const char *text = getenv(name);
+  if (text == NULL || *text == '\0')
+    return 0;
+  char *end;
+  errno = 0;
+  long v = strtol(text, &end, 10);
+  if (errno != 0 || *end != '\0' || v < 0 || v > HOOP_MAX_RANKS)
+    return -1;
+  *value = (int)v;
+  return 1;
+}
+
+static hoop_result_t read_rank_size(struct launch_env *le) {
+  static const struct {
+    const char *source, *rank, *size;
+  } sources[] = {
+      {"hoop-run", "HOOP_RANK", "HOOP_WORLD_SIZE"},
+      {"torchrun", "RANK", "WORLD_SIZE"},
+      {"Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+      {"Slurm", "SLURM_PROCID", "SLURM_NTASKS"},
+  };
+  for (size_t i = 0; i < sizeof sources / sizeof *sources; i++) {
+    int r = env_int(sources[i].rank, &le->rank);
+    int s = env_int(sources[i].size, &le->nranks);
+    if (r == 0 && s == 0)
+      continue;
+    if (r != 1 || s != 1 || le->nranks < 1 || le->rank >= le->nranks)
+      return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
+                        "hoop_comm_init_env: %s=\"%s\" and %s=\"%s\" are "
+                        "not a valid rank and size",
+                        sources[i].rank, getenv(sources[i].rank) ?: "",
+                        sources[i].size, getenv(sources[i].size) ?: "");
+    le->source = sources[i].source;
+    return HOOP_SUCCESS;
+  }
+  return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
+                    "hoop_comm_init_env: no rank and size in the "
+                    "environment (set HOOP_RANK and HOOP_WORLD_SIZE, or "
+                    "start the program with hoop-run, torchrun, mpirun or "
+                    "srun)");
+}
+
+static hoop_result_t read_root(struct launch_env *le) {
+  const char *root = getenv("HOOP_ROOT_ADDR");
+  const char *maddr = getenv("MASTER_ADDR");
+  const char *mport = getenv("MASTER_PORT");
+  if (root != NULL && *root != '\0') {
+    snprintf(le->root_addr, sizeof le->root_addr, "%s", root);
+  } else if (maddr != NULL && *maddr != '\0') {
+    int port;
+    if (mport == NULL || env_int("MASTER_PORT", &port) != 1 || port > 65534)
+      return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
+                        "hoop_comm_init_env: MASTER_ADDR is set but "
+                        "MASTER_PORT=\"%s\" is not a port number",
+                        mport ? mport : "");
+    snprintf(le->root_addr, sizeof le->root_addr,
+             strchr(maddr, ':') ? "[%s]:%d" : "%s:%d", maddr, port + 1);
+  } else {
+    const char *job = getenv("PMIX_NAMESPACE");
+    if (job == NULL)
+      job = getenv("OMPI_MCA_ess_base_jobid");
+    if (job == NULL)
+      job = getenv("SLURM_JOB_ID");
+    if (job == NULL)
+      return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
+                        "hoop_comm_init_env: no rendezvous address: set "
+                        "HOOP_ROOT_ADDR=host:port (or MASTER_ADDR and "
+                        "MASTER_PORT)");
+    const char *step = getenv("SLURM_STEP_ID");
+    snprintf(le->job_key, sizeof le->job_key, "%s.%s", job,
+             step ? step : "0");
+  }
+  return HOOP_SUCCESS;
+}
+
+/* Every rank derives the same communicator id from the address. */
+static uint64_t id_from_text(const char *text) {
+  uint64_t h = 1469598103934665603ULL;
+  for (const char *p = text; *p != '\0'; p++)
+    h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+  return h ? h : 1;
+}
+
+static void id_file_path(const struct launch_env *le, char *buf, size_t len) {
+  const char *dir = getenv("TMPDIR");
+  snprintf(buf, len, "%s/hoop-%u-%s.id", dir && *dir ? dir : "/tmp",
+           (unsigned)getuid(), le->job_key);
+}
+
+static hoop_result_t publish_id(const char *path,
+                                const hoop_unique_id_t *id) {
+  char tmp[600];
+  snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0)
+    return HOOP_ERROR(NULL, HOOP_ERR_SYSTEM, "open(%s): %s", tmp,
+                      strerror(errno));
+  ssize_t n = write(fd, id, sizeof *id);
+  close(fd);
+  /* rename() makes the whole id appear at once to the readers. */
+  if (n != (ssize_t)sizeof *id || rename(tmp, path) != 0) {
+    unlink(tmp);
+    return HOOP_ERROR(NULL, HOOP_ERR_SYSTEM, "writing %s: %s", path,
+                      strerror(errno));
+  }
+  return HOOP_SUCCESS;
+}
+
+static hoop_result_t wait_for_id(const char *path, int timeout_ms,
+                                 hoop_unique_id_t *id) {
+  long long deadline = hoop__now_ms() + timeout_ms;
+  for (;;) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      ssize_t n = read(fd, id, sizeof *id);
+      close(fd);
+      if (n == (ssize_t)sizeof *id)
+        return HOOP_SUCCESS;
+    }
+    if (hoop__now_ms() > deadline)
+      return HOOP_ERROR(NULL, HOOP_ERR_TIMEOUT,
+                        "hoop_comm_init_env: rank 0 did not publish %s "
+                        "within %d ms (ranks on several hosts need "
+                        "HOOP_ROOT_ADDR or MASTER_ADDR/MASTER_PORT)",
+                        path, timeout_ms);
+    usleep(2000);
+  }
+}
+
+hoop_result_t hoop_comm_init_env(hoop_comm_t *comm,
+                                 const hoop_config_t *config) {
+  if (comm == NULL)
+    return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
+                      "hoop_comm_init_env: comm is NULL");
+  *comm = NULL;
+  struct launch_env le = {0};
+  HOOP_CHECK(read_rank_size(&le));
+  HOOP_CHECK(read_root(&le));
+  int timeout_ms = config != NULL && config->timeout_ms > 0
+                       ? config->timeout_ms
+                       : (int)hoop__param_timeout_ms();
+  hoop_unique_id_t id;
+  struct hoop_uid uid = {.magic = HOOP_UID_MAGIC};
+  char path[512] = "";
+  if (le.root_addr[0] != '\0') {
+    HOOP_CHECK(hoop__addr_parse(le.root_addr, &uid.root));
+    uid.comm_id = id_from_text(le.root_addr);
+    memset(&id, 0, sizeof id);
+    memcpy(id.internal, &uid, sizeof uid);
+  } else {
+    id_file_path(&le, path, sizeof path);
+    if (le.rank == 0) {
+      HOOP_CHECK(hoop_get_unique_id(&id));
+      HOOP_CHECK(publish_id(path, &id));
+    } else {
+      HOOP_CHECK(wait_for_id(path, timeout_ms, &id));
+    }
+  }
+  HOOP_INFO("hoop_comm_init_env: rank %d of %d from %s, rendezvous %s",
+            le.rank, le.nranks, le.source,
+            le.root_addr[0] ? le.root_addr : path);
+  hoop_result_t res = hoop__comm_create(comm, le.nranks, le.rank, &id,
+                                        config);
+  /* Every rank has read the file once rank 0 is through the rendezvous. */
+  if (le.rank == 0 && path[0] != '\0')
+    unlink(path);
+  return res;
+}

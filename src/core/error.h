@@ -1,0 +1,48 @@
+/*
+ * Error recording and the check macros.  An error is described once, where
+ * it happens, with everything a user needs (the syscall, strerror, peer rank
+ * and address, expected and actual sizes); the callers above only pass the
+ * code up, logging file:line at TRACE level.
+ */
+#ifndef HOOP_ERROR_H
+#define HOOP_ERROR_H
+
+#include "hoop.h"
+#include "core/log.h"
+
+struct hoop_comm;
+
+/*
+ * Formats the message, keeps it as the thread's last error and, when comm
+ * is not NULL, as comm's last error, logs it, and returns `result`.
+ */
+hoop_result_t hoop__error(struct hoop_comm *comm, hoop_result_t result,
+                          const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+#define HOOP_ERROR(comm, result, ...)                                        \
+  hoop__error((comm), (result), __FILE__, __LINE__, __VA_ARGS__)
+
+#define HOOP_CHECK(call)                                                     \
+  do {                                                                       \
+    hoop_result_t hoop_check_res_ = (call);                                  \
+    if (hoop_check_res_ != HOOP_SUCCESS) {                                   \
+      HOOP_TRACE("%s returned %s", #call, hoop_result_name(hoop_check_res_)); \
+      return hoop_check_res_;                                                \
+    }                                                                        \
+  } while (0)
+
+#define HOOP_CHECK_GOTO(call, res, label)                                    \
+  do {                                                                       \
+    (res) = (call);                                                          \
+    if ((res) != HOOP_SUCCESS) {                                             \
+      HOOP_TRACE("%s returned %s", #call, hoop_result_name(res));            \
+      goto label;                                                            \
+    }                                                                        \
+  } while (0)
+
+/* Monotonic clock in milliseconds and nanoseconds. */
+long long hoop__now_ms(void);
+long long hoop__now_ns(void);
+
+#endif /* HOOP_ERROR_H */

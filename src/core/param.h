@@ -1,0 +1,27 @@
+/*
+ * Tunables.  Each is one line here: its name, its environment variable and
+ * its default.  The environment is read once per process; a communicator's
+ * hoop_config_t overrides it.
+ */
+#ifndef HOOP_PARAM_H
+#define HOOP_PARAM_H
+
+#include <stdint.h>
+
+#define HOOP_PARAMS(X)                                                       \
+  X(timeout_ms, "HOOP_TIMEOUT_MS", 300000)                                   \
+  X(nsocks, "HOOP_NSOCKS", 1)                                                \
+  X(slice_bytes, "HOOP_SLICE_BYTES", 256 * 1024)                             \
+  X(sockbuf_bytes, "HOOP_SOCKBUF_BYTES", 4 * 1024 * 1024)
+
+#define HOOP_PARAM_DECLARE_(name, env, def) int64_t hoop__param_##name(void);
+HOOP_PARAMS(HOOP_PARAM_DECLARE_)
+#undef HOOP_PARAM_DECLARE_
+
+/*
+ * Parses an integer with an optional K, M or G suffix (powers of 1024).
+ * Returns 0 on success, -1 when `text` is not such a number.
+ */
+int hoop__parse_size(const char *text, int64_t *value);
+
+#endif /* HOOP_PARAM_H */

@@ -1,0 +1,316 @@
+/* Deadline-bounded socket set-up helpers; see socket.h. */
+#include "core/socket.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/error.h"
+
+const char *hoop__addr_str(const struct hoop_addr *addr,
+                           char buf[HOOP_ADDR_STRLEN]) {
+  char ip[INET6_ADDRSTRLEN] = "?";
+  int family = addr->family == AF_INET6 ? AF_INET6 : AF_INET;
+  inet_ntop(family, addr->ip, ip, sizeof ip);
+  snprintf(buf, HOOP_ADDR_STRLEN, family == AF_INET6 ? "[%s]:%u" : "%s:%u",
+           ip, addr->port);
+  return buf;
+}
+
+void hoop__addr_to_sockaddr(const struct hoop_addr *addr,
+                            struct sockaddr_storage *ss, socklen_t *len) {
+  memset(ss, 0, sizeof *ss);
+  if (addr->family == AF_INET6) {
+    struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)ss;
+    s6->sin6_family = AF_INET6;
+    s6->sin6_port = htons(addr->port);
+    memcpy(&s6->sin6_addr, addr->ip, 16);
+    *len = sizeof *s6;
+  } else {
+    struct sockaddr_in *s4 = (struct sockaddr_in *)ss;
+    s4->sin_family = AF_INET;
+    s4->sin_port = htons(addr->port);
+    memcpy(&s4->sin_addr, addr->ip, 4);
+    *len = sizeof *s4;
+  }
+}
+
+void hoop__addr_from_sockaddr(const struct sockaddr *sa,
+                              struct hoop_addr *addr) {
+  memset(addr, 0, sizeof *addr);
+  if (sa->sa_family == AF_INET6) {
+    const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)sa;
+    addr->family = AF_INET6;
+    addr->port = ntohs(s6->sin6_port);
+    memcpy(addr->ip, &s6->sin6_addr, 16);
+  } else {
+    const struct sockaddr_in *s4 = (const struct sockaddr_in *)sa;
+    addr->family = AF_INET;
+    addr->port = ntohs(s4->sin_port);
+    memcpy(addr->ip, &s4->sin_addr, 4);
+  }
+}
+
+hoop_result_t hoop__addr_parse(const char *text, struct hoop_addr *addr) {
+  char host[256];
+  const char *colon = strrchr(text, ':');
+  if (colon == NULL || colon == text || colon[1] == '\0')
+    return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
+                      "address \"%s\" is not host:port", text);
+  const char *start = text;
+  size_t hlen = (size_t)(colon - text);
+  if (text[0] == '[' && colon[-1] == ']') {
+    start = text + 1;
+    hlen -= 2;
+  }
+  if (hlen >= sizeof host)
+    return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
+                      "host name in \"%s\" is too long", text);
+  memcpy(host, start, hlen);
+  host[hlen] = '\0';
+  char *end;
+  long port = strtol(colon + 1, &end, 10);
+  if (*end != '\0' || port < 0 || port > 65535)
+    return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
+                      "port in address \"%s\" is not a number 0-65535",
+                      text);
+  struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                           .ai_socktype = SOCK_STREAM};
+  struct addrinfo *res = NULL;
+  int rc = getaddrinfo(host, NULL, &hints, &res);
+  if (rc != 0)
+    return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
+                      "cannot resolve host \"%s\": %s", host,
+                      gai_strerror(rc));
+  /* Prefer IPv4: it is what MASTER_ADDR means in practice. */
+  const struct addrinfo *pick = res;
+  for (const struct addrinfo *ai = res; ai != NULL; ai = ai->ai_next) {
+    if (ai->ai_family == AF_INET) {
+      pick = ai;
+      break;
+    }
+  }
+  hoop__addr_from_sockaddr(pick->ai_addr, addr);
+  addr->port = (uint16_t)port;
+  freeaddrinfo(res);
+  return HOOP_SUCCESS;
+}
+
+hoop_result_t hoop__addr_of_interface(const char *ifname,
+                                      struct hoop_addr *addr) {
+  struct ifaddrs *list;
+  if (getifaddrs(&list) != 0)
+    return HOOP_ERROR(NULL, HOOP_ERR_SYSTEM, "getifaddrs failed: %s",
+                      strerror(errno));
+  const struct ifaddrs *found = NULL;
+  for (const struct ifaddrs *ifa = list; ifa != NULL; ifa = ifa->ifa_next) {
+    if (ifa->ifa_addr == NULL || strcmp(ifa->ifa_name, ifname) != 0)
+      continue;
+    if (ifa->ifa_addr->sa_family == AF_INET) {
+      found = ifa;
+      break;
+    }
+    if (ifa->ifa_addr->sa_family == AF_INET6 && found == NULL)
+      found = ifa;
+  }
+  if (found != NULL)
+    hoop__addr_from_sockaddr(found->ifa_addr, addr);
+  freeifaddrs(list);
+  if (found == NULL)
+    return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
+                      "HOOP_SOCKET_IFNAME=%s: no interface of that name "
+                      "with an IP address",
+                      ifname);
+  return HOOP_SUCCESS;
+}
+
+hoop_result_t hoop__sock_listen(const struct hoop_addr *addr, int *fd,
+                                struct hoop_addr *bound) {
+  char astr[HOOP_ADDR_STRLEN];
+  struct sockaddr_storage ss;
+  socklen_t len;
+  hoop__addr_to_sockaddr(addr, &ss, &len);
+  int s = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (s < 0)
+    return HOOP_ERROR(NULL, HOOP_ERR_SYSTEM, "socket() failed: %s",
+                      strerror(errno));
+  int one = 1;
+  setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (bind(s, (struct sockaddr *)&ss, len) != 0) {
+    int err = errno;
+    close(s);
+    return HOOP_ERROR(NULL, HOOP_ERR_SYSTEM, "bind(%s) failed: %s",
+                      hoop__addr_str(addr, astr), strerror(err));
+  }
+  if (listen(s, 1024) != 0) {
+    int err = errno;
+    close(s);
+    return HOOP_ERROR(NULL, HOOP_ERR_SYSTEM, "listen(%s) failed: %s",
+                      hoop__addr_str(addr, astr), strerror(err));
+  }
+  len = sizeof ss;
+  getsockname(s, (struct sockaddr *)&ss, &len);
+  hoop__addr_from_sockaddr((struct sockaddr *)&ss, bound);
+  *fd = s;
+  return HOOP_SUCCESS;
+}
+
+static int wait_fd(int fd, short events, long long deadline_ms) {
+  for (;;) {
+    long long left = deadline_ms - hoop__now_ms();
+    if (left <= 0)
+      return 0;
+    struct pollfd p = {.fd = fd, .events = events};
+    int rc = poll(&p, 1, left > 1000 ? 1000 : (int)left);
+    if (rc > 0)
+      return 1;
+    if (rc < 0 && errno != EINTR)
+      return -1;
+  }
+}
+
+hoop_result_t hoop__sock_connect(struct hoop_comm *comm,
+                                 const struct hoop_addr *addr,
+                                 long long deadline_ms, const char *peer,
+                                 int *fd) {
+  char astr[HOOP_ADDR_STRLEN];
+  struct sockaddr_storage ss;
+  socklen_t len;
+  hoop__addr_to_sockaddr(addr, &ss, &len);
+  int last_err = 0;
+  long long pause_ms = 1;
+  do {
+    int s = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s < 0)
+      return HOOP_ERROR(comm, HOOP_ERR_SYSTEM, "socket() failed: %s",
+                        strerror(errno));
+    int one = 1;
+    setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (connect(s, (struct sockaddr *)&ss, len) == 0) {
+      *fd = s;
+      return HOOP_SUCCESS;
+    }
+    last_err = errno;
+    close(s);
+    /* Only "not listening yet" is worth a retry; anything else is final. */
+    if (last_err != ECONNREFUSED && last_err != EINTR &&
+        last_err != ETIMEDOUT && last_err != EAGAIN)
+      break;
+    usleep((useconds_t)(pause_ms * 1000));
+    if (pause_ms < 100)
+      pause_ms *= 2;
+  } while (hoop__now_ms() < deadline_ms);
+  return HOOP_ERROR(comm, last_err == ECONNREFUSED ? HOOP_ERR_TIMEOUT
+                                                   : HOOP_ERR_SYSTEM,
+                    "connect to %s at %s failed: %s%s", peer,
+                    hoop__addr_str(addr, astr), strerror(last_err),
+                    last_err == ECONNREFUSED ? " (kept retrying until the "
+                                               "timeout; is it running?)"
+                                             : "");
+}
+
+hoop_result_t hoop__sock_accept(struct hoop_comm *comm, int listen_fd,
+                                long long deadline_ms, const char *what,
+                                int *fd, struct hoop_addr *from) {
+  int rc = wait_fd(listen_fd, POLLIN, deadline_ms);
+  if (rc == 0)
+    return HOOP_ERROR(comm, HOOP_ERR_TIMEOUT,
+                      "timed out waiting for a connection from %s", what);
+  if (rc < 0)
+    return HOOP_ERROR(comm, HOOP_ERR_SYSTEM, "poll() on listener: %s",
+                      strerror(errno));
+  struct sockaddr_storage ss;
+  socklen_t len = sizeof ss;
+  int s = accept4(listen_fd, (struct sockaddr *)&ss, &len, SOCK_CLOEXEC);
+  if (s < 0)
+    return HOOP_ERROR(comm, HOOP_ERR_SYSTEM,
+                      "accept() while waiting for %s: %s", what,
+                      strerror(errno));
+  int one = 1;
+  setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  if (from != NULL)
+    hoop__addr_from_sockaddr((struct sockaddr *)&ss, from);
+  *fd = s;
+  return HOOP_SUCCESS;
+}
+
+hoop_result_t hoop__sock_send_all(struct hoop_comm *comm, int fd,
+                                  const void *buf, size_t len,
+                                  long long deadline_ms, const char *peer) {
+  size_t done = 0;
+  while (done < len) {
+    ssize_t n = send(fd, (const char *)buf + done, len - done,
+                     MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      done += (size_t)n;
+      continue;
+    }
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (wait_fd(fd, POLLOUT, deadline_ms) > 0)
+        continue;
+      return HOOP_ERROR(comm, HOOP_ERR_TIMEOUT,
+                        "timed out sending to %s (sent %zu of %zu bytes)",
+                        peer, done, len);
+    }
+    return HOOP_ERROR(comm, HOOP_ERR_REMOTE,
+                      "send to %s failed: %s (sent %zu of %zu bytes)", peer,
+                      strerror(errno), done, len);
+  }
+  return HOOP_SUCCESS;
+}
+
+hoop_result_t hoop__sock_recv_all(struct hoop_comm *comm, int fd, void *buf,
+                                  size_t len, long long deadline_ms,
+                                  const char *peer) {
+  size_t done = 0;
+  while (done < len) {
+    ssize_t n = recv(fd, (char *)buf + done, len - done, MSG_DONTWAIT);
+    if (n > 0) {
+      done += (size_t)n;
+      continue;
+    }
+    if (n == 0)
+      return HOOP_ERROR(comm, HOOP_ERR_REMOTE,
+                        "%s closed the connection (got %zu of %zu bytes)",
+                        peer, done, len);
+    if (errno == EINTR)
+      continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      if (wait_fd(fd, POLLIN, deadline_ms) > 0)
+        continue;
+      return HOOP_ERROR(comm, HOOP_ERR_TIMEOUT,
+                        "timed out waiting for %s (got %zu of %zu bytes)",
+                        peer, done, len);
+    }
+    return HOOP_ERROR(comm, HOOP_ERR_REMOTE,
+                      "recv from %s failed: %s (got %zu of %zu bytes)", peer,
+                      strerror(errno), done, len);
+  }
+  return HOOP_SUCCESS;
+}
+
+hoop_result_t hoop__sock_set_nonblocking(int fd) {
+  int flags = fcntl(fd, F_GETFL);
+  if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0)
+    return HOOP_ERROR(NULL, HOOP_ERR_SYSTEM, "fcntl(O_NONBLOCK): %s",
+                      strerror(errno));
+  return HOOP_SUCCESS;
+}
+
+void hoop__sock_close(int *fd) {
+  if (*fd >= 0) {
+    close(*fd);
+    *fd = -1;
+  }
+}

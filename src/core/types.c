@@ -1,0 +1,35 @@
+/* Names and sizes of the public dtypes and ops. */
+#include "hoop.h"
+
+#include "hoop_build_config.h"
+
+static const struct {
+  const char *name;
+  size_t size;
+} dtype_info[HOOP_DTYPE_COUNT] = {
+    [HOOP_I8] = {"int8", 1},       [HOOP_U8] = {"uint8", 1},
+    [HOOP_I32] = {"int32", 4},     [HOOP_U32] = {"uint32", 4},
+    [HOOP_I64] = {"int64", 8},     [HOOP_U64] = {"uint64", 8},
+    [HOOP_F16] = {"half", 2},      [HOOP_F32] = {"float", 4},
+    [HOOP_F64] = {"double", 8},    [HOOP_BF16] = {"bfloat16", 2},
+};
+
+static const char *const op_names[HOOP_OP_COUNT] = {
+    [HOOP_SUM] = "sum", [HOOP_PROD] = "prod", [HOOP_MIN] = "min",
+    [HOOP_MAX] = "max", [HOOP_AVG] = "avg",
+};
+
+size_t hoop_dtype_size(hoop_dtype_t dtype) {
+  return ((unsigned)dtype < HOOP_DTYPE_COUNT) ? dtype_info[dtype].size : 0;
+}
+
+const char *hoop_dtype_name(hoop_dtype_t dtype) {
+  return ((unsigned)dtype < HOOP_DTYPE_COUNT) ? dtype_info[dtype].name
+                                                : "invalid-dtype";
+}
+
+const char *hoop_op_name(hoop_op_t op) {
+  return ((unsigned)op < HOOP_OP_COUNT) ? op_names[op] : "invalid-op";
+}
+
+const char *hoop_version_string(void) { return HOOP_VERSION_STRING; }

@@ -1,0 +1,92 @@
+/*
+ * The transport interface: how bytes reach a peer.  A connection joins this
+ * rank to one peer for one channel and carries two independent, ordered
+ * byte streams, one each way.  Collectives see only this interface.
+ *
+ * Every data-path function is non-blocking: it moves what it can now and
+ * says how much.  The engine calls them in a loop and, when nothing moved,
+ * waits on the connections' poll_fd() (bounded by the timeout).  Errors are
+ * recorded with the peer's rank and address before being returned.
+ */
+#ifndef HOOP_TRANSPORT_H
+#define HOOP_TRANSPORT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "hoop.h"
+
+struct hoop_comm;
+struct hoop_peer_info;
+struct hoop_conn;
+
+struct hoop_transport_ops {
+  const char *name;
+
+  /* Whether this transport can join these two ranks at all. */
+  bool (*can_connect)(const struct hoop_peer_info *self,
+                      const struct hoop_peer_info *peer);
+
+  /*
+   * Establishes the connection.  Blocking, bounded by the communicator's
+   * timeout; both ranks call it for each other.
+   */
+  hoop_result_t (*connect)(struct hoop_comm *comm, int peer, int channel,
+                           struct hoop_conn **conn);
+
+  /*
+   * Queues bytes from iov in order; *sent gets how many were taken (maybe
+   * 0).  The caller keeps its buffers; the transport has copied what it
+   * took before returning.
+   */
+  hoop_result_t (*send)(struct hoop_conn *conn, const struct iovec *iov,
+                        int iovcnt, size_t *sent);
+
+  /* Copies up to len received bytes into buf; *got may be 0. */
+  hoop_result_t (*recv)(struct hoop_conn *conn, void *buf, size_t len,
+                        size_t *got);
+
+  /*
+   * Exposes received bytes in place, for reductions that read them once:
+   * *ptr and *avail describe contiguous bytes at the head of the stream.
+   * The transport tries to receive up to `want` bytes but never more, so
+   * that bytes of a later step are not pulled in early.  The region stays
+   * valid until release() or the next peek().
+   */
+  hoop_result_t (*peek)(struct hoop_conn *conn, size_t want,
+                        const void **ptr, size_t *avail);
+  void (*release)(struct hoop_conn *conn, size_t len);
+
+  /* An fd that polls readable/writable when recv/send can move, or -1. */
+  int (*poll_fd)(const struct hoop_conn *conn);
+
+  /* Wakes the peer with an error at once (used when the comm breaks). */
+  void (*shutdown)(struct hoop_conn *conn);
+
+  /* Frees everything; conn may be partly built. */
+  void (*close)(struct hoop_conn *conn);
+};
+
+/* The part of every connection that the core reads. */
+struct hoop_conn {
+  const struct hoop_transport_ops *ops;
+  struct hoop_comm *comm;
+  int peer;
+  int channel;
+  uint64_t bytes_sent;
+  uint64_t bytes_received;
+  char peer_desc[128]; /* "rank 3 (10.0.0.2:41234, host node7)" */
+};
+
+extern const struct hoop_transport_ops hoop__tcp_transport;
+
+/*
+ * Picks the first transport that can join this rank and `peer` (or the
+ * one HOOP_TRANSPORT names) and connects through it.
+ */
+hoop_result_t hoop__transport_connect(struct hoop_comm *comm, int peer,
+                                      int channel, struct hoop_conn **conn);
+
+#endif /* HOOP_TRANSPORT_H */
