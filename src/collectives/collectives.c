@@ -98,9 +98,12 @@ static hoop_result_t check_aliasing(struct hoop_comm *comm,
   return HOOP_SUCCESS;
 }
 
-/* One rank: the result is the input (AVG over one rank included). */
+/*
+ * One rank: the result is the input (AVG over one rank included); for
+ * all-gather the copy above already made it.
+ */
 static void run_single(const struct call *c) {
-  if (c->send != c->recv && c->bytes > 0)
+  if (c->coll != HOOP_COLL_ALLGATHER && c->send != c->recv && c->bytes > 0)
     memmove(c->recv, c->send, c->bytes);
 }
 
@@ -202,6 +205,10 @@ static hoop_result_t run(struct hoop_comm *comm, struct call *c,
   HOOP_CHECK_GOTO(check_aliasing(comm, c, per_rank * c->elem_size), res,
                   out);
   comm->seq++;
+  /* The ring never sends a rank its own block; all-gather copies it. */
+  char *own = (char *)c->recv + (size_t)comm->rank * per_rank * c->elem_size;
+  if (c->coll == HOOP_COLL_ALLGATHER && c->send != own && per_rank > 0)
+    memcpy(own, c->send, per_rank * c->elem_size);
   if (comm->nranks == 1)
     run_single(c);
   else
