@@ -6,6 +6,7 @@
 #include "core/comm.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -145,47 +146,117 @@ static bool take_pending(struct hoop_comm *comm, int peer, int channel,
   return false;
 }
 
+/*
+ * A failing rank dials every peer once on this channel and sends its error
+ * text, so that ranks which only see the cascade (a neighbour closing)
+ * still report the root cause.
+ */
+#define NOTICE_CHANNEL (-1)
+
+static hoop_result_t notice_error(struct hoop_comm *comm, int from,
+                                  const char *reason) {
+  comm->notice_received = true;
+  return HOOP_ERROR(comm, HOOP_ERR_REMOTE, "rank %d failed first: %s", from,
+                    reason);
+}
+
+/*
+ * Accepts one connection and reads its handshake.  A data dial is acked
+ * and kept in comm->pending; a failure notice becomes this call's error;
+ * anything else is refused and ignored.
+ */
+static hoop_result_t accept_one(struct hoop_comm *comm, long long deadline,
+                                const char *waiting_for) {
+  int fd;
+  struct hoop_addr from;
+  HOOP_CHECK(hoop__sock_accept(comm, comm->listen_fd, deadline, waiting_for,
+                               &fd, &from));
+  struct handshake hs;
+  if (hoop__sock_recv_all(comm, fd, &hs, sizeof hs, deadline,
+                          "a connecting rank") != HOOP_SUCCESS) {
+    close(fd);
+    return HOOP_SUCCESS;
+  }
+  bool ours = hs.magic == HOOP_WIRE_MAGIC && hs.version == HOOP_WIRE_VERSION &&
+              hs.comm_id == comm->comm_id && hs.to == comm->rank &&
+              hs.from >= 0 && hs.from < comm->nranks;
+  if (ours && hs.channel == NOTICE_CHANNEL) {
+    char reason[HOOP_ERROR_MAX];
+    hoop_result_t got = hoop__sock_recv_all(comm, fd, reason, sizeof reason,
+                                            deadline, "a failing rank");
+    close(fd);
+    reason[sizeof reason - 1] = '\0';
+    return notice_error(comm, hs.from,
+                        got == HOOP_SUCCESS ? reason : "(no reason given)");
+  }
+  bool ok = ours && hs.channel >= 0 && hs.channel < comm->nsocks;
+  int32_t status = ok ? HOOP_SUCCESS : HOOP_ERR_MISMATCH;
+  hoop__sock_send_all(comm, fd, &status, sizeof status, deadline,
+                      "a connecting rank");
+  if (!ok) {
+    char astr[HOOP_ADDR_STRLEN];
+    HOOP_WARN("rank %d: refused a data connection from %s (not for this "
+              "communicator, rank or channel)",
+              comm->rank, hoop__addr_str(&from, astr));
+    close(fd);
+    return HOOP_SUCCESS;
+  }
+  struct hoop_pending_sock *p = malloc(sizeof *p);
+  if (p == NULL) {
+    close(fd);
+    return HOOP_ERROR(comm, HOOP_ERR_NO_MEMORY, "pending connection");
+  }
+  *p = (struct hoop_pending_sock){comm->pending, fd, hs.from, hs.channel};
+  comm->pending = p;
+  return HOOP_SUCCESS;
+}
+
 /* Accepts until `peer` dials for `channel`, keeping other ranks' dials. */
 static hoop_result_t accept_from(struct hoop_comm *comm, int peer,
                                  int channel, long long deadline, int *out) {
   char desc[128];
   hoop__peer_desc(comm, peer, desc, sizeof desc);
-  while (!take_pending(comm, peer, channel, out)) {
-    int fd;
-    struct hoop_addr from;
-    HOOP_CHECK(hoop__sock_accept(comm, comm->listen_fd, deadline, desc, &fd,
-                                 &from));
-    struct handshake hs;
-    if (hoop__sock_recv_all(comm, fd, &hs, sizeof hs, deadline,
-                            "a connecting rank") != HOOP_SUCCESS) {
-      close(fd);
-      continue;
-    }
-    bool ok = hs.magic == HOOP_WIRE_MAGIC &&
-              hs.version == HOOP_WIRE_VERSION &&
-              hs.comm_id == comm->comm_id && hs.to == comm->rank &&
-              hs.from >= 0 && hs.from < comm->nranks && hs.channel >= 0 &&
-              hs.channel < comm->nsocks;
-    int32_t status = ok ? HOOP_SUCCESS : HOOP_ERR_MISMATCH;
-    hoop__sock_send_all(comm, fd, &status, sizeof status, deadline,
-                        "a connecting rank");
-    if (!ok) {
-      char astr[HOOP_ADDR_STRLEN];
-      HOOP_WARN("rank %d: refused a data connection from %s (not for this "
-                "communicator, rank or channel)",
-                comm->rank, hoop__addr_str(&from, astr));
-      close(fd);
-      continue;
-    }
-    struct hoop_pending_sock *p = malloc(sizeof *p);
-    if (p == NULL) {
-      close(fd);
-      return HOOP_ERROR(comm, HOOP_ERR_NO_MEMORY, "pending connection");
-    }
-    *p = (struct hoop_pending_sock){comm->pending, fd, hs.from, hs.channel};
-    comm->pending = p;
+  while (!take_pending(comm, peer, channel, out))
+    HOOP_CHECK(accept_one(comm, deadline, desc));
+  return HOOP_SUCCESS;
+}
+
+hoop_result_t hoop__comm_check_notices(struct hoop_comm *comm, int wait_ms) {
+  struct pollfd p = {.fd = comm->listen_fd, .events = POLLIN};
+  while (!comm->notice_received && poll(&p, 1, wait_ms) > 0) {
+    /* A handshake is a few bytes already on their way. */
+    hoop_result_t res = accept_one(comm, hoop__now_ms() + 1000,
+                                   "a failure notice");
+    if (comm->notice_received)
+      return res;
+    if (res != HOOP_SUCCESS)
+      break;
+    wait_ms = 0;
   }
   return HOOP_SUCCESS;
+}
+
+static void send_notices(struct hoop_comm *comm) {
+  char reason[HOOP_ERROR_MAX];
+  memcpy(reason, comm->last_error, sizeof reason);
+  long long deadline = hoop__now_ms() + 200;
+  for (int peer = 0; peer < comm->nranks; peer++) {
+    if (peer == comm->rank)
+      continue;
+    int fd;
+    char desc[128];
+    hoop__peer_desc(comm, peer, desc, sizeof desc);
+    /* A dead peer refuses at once; one try each, never a retry loop. */
+    if (hoop__sock_connect(NULL, &comm->peers[peer].addr, hoop__now_ms(),
+                           desc, &fd) != HOOP_SUCCESS)
+      continue;
+    struct handshake hs = {HOOP_WIRE_MAGIC, HOOP_WIRE_VERSION, comm->comm_id,
+                           comm->rank, peer, NOTICE_CHANNEL, 0};
+    if (hoop__sock_send_all(NULL, fd, &hs, sizeof hs, deadline, desc) ==
+        HOOP_SUCCESS)
+      hoop__sock_send_all(NULL, fd, reason, sizeof reason, deadline, desc);
+    close(fd);
+  }
 }
 
 hoop_result_t hoop__comm_open_socket(struct hoop_comm *comm, int peer,
@@ -210,6 +281,9 @@ void hoop__comm_break(struct hoop_comm *comm, hoop_result_t result) {
     return;
   comm->broken = result;
   memcpy(comm->broken_reason, comm->last_error, sizeof comm->broken_reason);
+  /* Only the rank that saw the failure first tells the others. */
+  if (!comm->notice_received && result != HOOP_ERR_ABORTED)
+    send_notices(comm);
   for (int i = 0; i < comm->nranks * comm->nsocks; i++) {
     if (comm->conns[i] != NULL)
       comm->conns[i]->ops->shutdown(comm->conns[i]);

@@ -54,6 +54,7 @@ struct hoop_comm {
   uint64_t seq; /* collectives started, the same on every rank */
   hoop_result_t broken; /* HOOP_SUCCESS, or the error that broke it */
   int aborted;          /* set by hoop_comm_abort, read atomically */
+  bool notice_received; /* a peer reported the failure that broke us */
   int busy;             /* a collective is running, read atomically */
 
   void *scratch; /* per-channel outboxes of the pipelined schedules */
@@ -84,10 +85,18 @@ hoop_result_t hoop__comm_open_socket(struct hoop_comm *comm, int peer,
                                      int channel, int *fd);
 
 /*
- * Marks the communicator broken by `result` and shuts its connections
+ * Marks the communicator broken by `result`, tells every peer why (unless
+ * the failure was itself reported by a peer), and shuts its connections
  * down, so that peers blocked on it fail at once instead of timing out.
  */
 void hoop__comm_break(struct hoop_comm *comm, hoop_result_t result);
+
+/*
+ * Waits up to wait_ms for another rank's failure notice on the listening
+ * socket; returns HOOP_ERR_REMOTE with its text when one came.  Data dials
+ * that arrive meanwhile are kept for hoop__comm_open_socket().
+ */
+hoop_result_t hoop__comm_check_notices(struct hoop_comm *comm, int wait_ms);
 
 /* Scratch of at least `bytes`, reused across calls. */
 hoop_result_t hoop__comm_scratch(struct hoop_comm *comm, size_t bytes,

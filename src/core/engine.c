@@ -298,11 +298,16 @@ static void add_pollfd(struct pollfd *fds, int *n, int fd, short events) {
   ++*n;
 }
 
-/* Sleeps until a wanted fd is ready; returns the number of fds polled. */
-static int wait_for_io(struct hoop_chain_job *job, long long deadline) {
-  struct pollfd fds[2 * 16];
+/*
+ * Sleeps until a wanted connection is ready or another rank reports a
+ * failure on the listening socket.  *polled gets the number of
+ * connections waited on (0 means the schedule has nothing to wait for).
+ */
+static hoop_result_t wait_for_io(struct hoop_chain_job *job,
+                                 long long deadline, int *polled) {
+  struct pollfd fds[2 * 16 + 1];
   int n = 0;
-  for (int i = 0; i < job->nchains && n + 2 <= 32; i++) {
+  for (int i = 0; i < job->nchains && n + 3 <= 33; i++) {
     struct hoop_chain *c = &job->chains[i];
     if (c->want_pollin && !c->in_done)
       add_pollfd(fds, &n, c->recv_conn->ops->poll_fd(c->recv_conn), POLLIN);
@@ -310,12 +315,29 @@ static int wait_for_io(struct hoop_chain_job *job, long long deadline) {
       add_pollfd(fds, &n, c->send_conn->ops->poll_fd(c->send_conn),
                  POLLOUT);
   }
+  *polled = n;
   if (n == 0)
-    return 0;
+    return HOOP_SUCCESS;
+  fds[n] = (struct pollfd){.fd = job->comm->listen_fd, .events = POLLIN};
   long long left = deadline - hoop__now_ms();
-  if (left > 0)
-    poll(fds, (nfds_t)n, left > 1000 ? 1000 : (int)left);
-  return n;
+  if (left > 0 && poll(fds, (nfds_t)n + 1, left > 1000 ? 1000 : (int)left) > 0 &&
+      (fds[n].revents & POLLIN))
+    HOOP_CHECK(hoop__comm_check_notices(job->comm, 0));
+  return HOOP_SUCCESS;
+}
+
+/*
+ * A closed connection is usually the echo of a failure elsewhere; if the
+ * rank that failed first says why within a moment, report that instead.
+ */
+static hoop_result_t prefer_notice(struct hoop_comm *comm,
+                                   hoop_result_t res) {
+  if (res == HOOP_ERR_REMOTE && !comm->notice_received) {
+    hoop_result_t notice = hoop__comm_check_notices(comm, 100);
+    if (notice != HOOP_SUCCESS)
+      return notice;
+  }
+  return res;
 }
 
 static void prepare(struct hoop_chain_job *job) {
@@ -347,10 +369,14 @@ hoop_result_t hoop__engine_run(struct hoop_chain_job *job) {
     int progress = 0, done = 1;
     for (int i = 0; i < job->nchains; i++) {
       struct hoop_chain *c = &job->chains[i];
-      HOOP_CHECK(recv_progress(job, c, &progress));
-      HOOP_CHECK(send_progress(job, c, &progress));
+      hoop_result_t res = recv_progress(job, c, &progress);
+      if (res == HOOP_SUCCESS)
+        res = send_progress(job, c, &progress);
       /* Sending may have freed outbox room that the in-stream waits on. */
-      HOOP_CHECK(recv_progress(job, c, &progress));
+      if (res == HOOP_SUCCESS)
+        res = recv_progress(job, c, &progress);
+      if (res != HOOP_SUCCESS)
+        return prefer_notice(comm, res);
       done &= c->in_done && c->out_done;
     }
     if (done)
@@ -361,7 +387,9 @@ hoop_result_t hoop__engine_run(struct hoop_chain_job *job) {
     }
     if (hoop__now_ms() >= deadline)
       return stalled_error(job);
-    if (wait_for_io(job, deadline) == 0)
+    int polled;
+    HOOP_CHECK(wait_for_io(job, deadline, &polled));
+    if (polled == 0)
       return HOOP_ERROR(comm, HOOP_ERR_INTERNAL,
                         "schedule stalled with nothing to wait for");
   }

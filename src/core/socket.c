@@ -9,6 +9,7 @@
 #include <netdb.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -164,18 +165,53 @@ hoop_result_t hoop__sock_listen(const struct hoop_addr *addr, int *fd,
   return HOOP_SUCCESS;
 }
 
+/* Polls fd at least once, then until deadline_ms; 1 ready, 0 timeout. */
 static int wait_fd(int fd, short events, long long deadline_ms) {
   for (;;) {
     long long left = deadline_ms - hoop__now_ms();
-    if (left <= 0)
-      return 0;
+    if (left < 0)
+      left = 0;
     struct pollfd p = {.fd = fd, .events = events};
     int rc = poll(&p, 1, left > 1000 ? 1000 : (int)left);
     if (rc > 0)
       return 1;
     if (rc < 0 && errno != EINTR)
       return -1;
+    if (left == 0)
+      return 0;
   }
+}
+
+/*
+ * One non-blocking connect attempt, waited for until deadline_ms; returns
+ * 0 or the errno that ended it.
+ */
+static int connect_once(const struct sockaddr_storage *ss, socklen_t len,
+                        long long deadline_ms, int *fd) {
+  int s = socket(ss->ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK,
+                 0);
+  if (s < 0)
+    return errno;
+  int one = 1;
+  setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  int err = 0;
+  if (connect(s, (const struct sockaddr *)ss, len) != 0) {
+    err = errno;
+    if (err == EINPROGRESS) {
+      int ready = wait_fd(s, POLLOUT, deadline_ms);
+      socklen_t elen = sizeof err;
+      if (ready <= 0)
+        err = ready == 0 ? ETIMEDOUT : errno;
+      else if (getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &elen) != 0)
+        err = errno;
+    }
+  }
+  if (err != 0) {
+    close(s);
+    return err;
+  }
+  *fd = s;
+  return 0;
 }
 
 hoop_result_t hoop__sock_connect(struct hoop_comm *comm,
@@ -186,36 +222,27 @@ hoop_result_t hoop__sock_connect(struct hoop_comm *comm,
   struct sockaddr_storage ss;
   socklen_t len;
   hoop__addr_to_sockaddr(addr, &ss, &len);
-  int last_err = 0;
+  int err;
   long long pause_ms = 1;
-  do {
-    int s = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (s < 0)
-      return HOOP_ERROR(comm, HOOP_ERR_SYSTEM, "socket() failed: %s",
-                        strerror(errno));
-    int one = 1;
-    setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    if (connect(s, (struct sockaddr *)&ss, len) == 0) {
-      *fd = s;
+  for (;;) {
+    err = connect_once(&ss, len, deadline_ms, fd);
+    if (err == 0)
       return HOOP_SUCCESS;
-    }
-    last_err = errno;
-    close(s);
     /* Only "not listening yet" is worth a retry; anything else is final. */
-    if (last_err != ECONNREFUSED && last_err != EINTR &&
-        last_err != ETIMEDOUT && last_err != EAGAIN)
+    if ((err != ECONNREFUSED && err != EINTR && err != EAGAIN) ||
+        hoop__now_ms() + pause_ms >= deadline_ms)
       break;
     usleep((useconds_t)(pause_ms * 1000));
     if (pause_ms < 100)
       pause_ms *= 2;
-  } while (hoop__now_ms() < deadline_ms);
-  return HOOP_ERROR(comm, last_err == ECONNREFUSED ? HOOP_ERR_TIMEOUT
-                                                   : HOOP_ERR_SYSTEM,
+  }
+  bool waited = err == ECONNREFUSED || err == ETIMEDOUT;
+  return HOOP_ERROR(comm, waited ? HOOP_ERR_TIMEOUT : HOOP_ERR_SYSTEM,
                     "connect to %s at %s failed: %s%s", peer,
-                    hoop__addr_str(addr, astr), strerror(last_err),
-                    last_err == ECONNREFUSED ? " (kept retrying until the "
-                                               "timeout; is it running?)"
-                                             : "");
+                    hoop__addr_str(addr, astr), strerror(err),
+                    waited ? " (until the timeout; is it running and "
+                             "reachable?)"
+                           : "");
 }
 
 hoop_result_t hoop__sock_accept(struct hoop_comm *comm, int listen_fd,
@@ -230,7 +257,8 @@ hoop_result_t hoop__sock_accept(struct hoop_comm *comm, int listen_fd,
                       strerror(errno));
   struct sockaddr_storage ss;
   socklen_t len = sizeof ss;
-  int s = accept4(listen_fd, (struct sockaddr *)&ss, &len, SOCK_CLOEXEC);
+  int s = accept4(listen_fd, (struct sockaddr *)&ss, &len,
+                  SOCK_CLOEXEC | SOCK_NONBLOCK);
   if (s < 0)
     return HOOP_ERROR(comm, HOOP_ERR_SYSTEM,
                       "accept() while waiting for %s: %s", what,

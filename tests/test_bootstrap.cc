@@ -1,0 +1,256 @@
+// Joining a communicator: unique ids, hoop_comm_init_env with each
+// launcher's variables, and the rendezvous's errors (wrong sizes, missing
+// ranks, bad arguments), each of which must be clear and bounded in time.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+
+using namespace hooptest;
+
+namespace {
+
+// Checks a joined communicator end to end with one small all-reduce.
+void expect_working(RankLog &log, hoop_comm_t comm, int want_rank,
+                    int want_size) {
+  int rank = -1, size = -1;
+  RANK_EXPECT_OK(log, comm, hoop_comm_rank(comm, &rank));
+  RANK_EXPECT_OK(log, comm, hoop_comm_size(comm, &size));
+  RANK_EXPECT(log, rank == want_rank && size == want_size,
+              "rank %d size %d", rank, size);
+  int64_t v = rank + 1;
+  RANK_EXPECT_OK(log, comm,
+                 hoop_allreduce(comm, &v, &v, 1, HOOP_I64, HOOP_SUM, nullptr));
+  RANK_EXPECT(log, v == (int64_t)size * (size + 1) / 2, "sum %lld",
+              (long long)v);
+}
+
+void clear_launcher_env() {
+  for (const char *name :
+       {"HOOP_RANK", "HOOP_WORLD_SIZE", "HOOP_ROOT_ADDR", "RANK",
+        "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "OMPI_COMM_WORLD_RANK",
+        "OMPI_COMM_WORLD_SIZE", "PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid",
+        "SLURM_PROCID", "SLURM_NTASKS", "SLURM_JOB_ID", "SLURM_STEP_ID"})
+    unsetenv(name);
+}
+
+// A port nobody listens on right now (the kernel's pick for port 0).
+int free_port() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, (sockaddr *)&a, sizeof a);
+  socklen_t len = sizeof a;
+  getsockname(fd, (sockaddr *)&a, &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+using EnvSetter = void (*)(int rank, int nranks, int port);
+
+void init_env_case(int nranks, EnvSetter set) {
+  int port = free_port();
+  RunOptions opt;
+  opt.init = false;
+  opt.timeout_s = 60;
+  RunResult r = run_ranks(
+      nranks,
+      [set, port](RankLog &log, hoop_comm_t, int rank, int n) {
+        clear_launcher_env();
+        set(rank, n, port);
+        hoop_comm_t comm;
+        hoop_result_t res = hoop_comm_init_env(&comm, nullptr);
+        if (res != HOOP_SUCCESS) {
+          log.fail("init_env: %s: %s", hoop_result_name(res),
+                   hoop_last_error());
+          return;
+        }
+        expect_working(log, comm, rank, n);
+        hoop_comm_destroy(comm);
+      },
+      opt);
+  EXPECT_TRUE(r.all_ok()) << describe(r);
+}
+
+TEST(Bootstrap, InitEnvFromHoopRunVariables) {
+  init_env_case(3, [](int rank, int n, int port) {
+    setenv("HOOP_RANK", std::to_string(rank).c_str(), 1);
+    setenv("HOOP_WORLD_SIZE", std::to_string(n).c_str(), 1);
+    setenv("HOOP_ROOT_ADDR", ("127.0.0.1:" + std::to_string(port)).c_str(),
+           1);
+  });
+}
+
+TEST(Bootstrap, InitEnvFromTorchrunVariables) {
+  init_env_case(4, [](int rank, int n, int port) {
+    setenv("RANK", std::to_string(rank).c_str(), 1);
+    setenv("WORLD_SIZE", std::to_string(n).c_str(), 1);
+    setenv("MASTER_ADDR", "localhost", 1);
+    setenv("MASTER_PORT", std::to_string(port - 1).c_str(), 1);
+  });
+}
+
+TEST(Bootstrap, InitEnvFromOpenMpiVariablesWithoutAddress) {
+  init_env_case(3, [](int rank, int n, int port) {
+    setenv("OMPI_COMM_WORLD_RANK", std::to_string(rank).c_str(), 1);
+    setenv("OMPI_COMM_WORLD_SIZE", std::to_string(n).c_str(), 1);
+    setenv("PMIX_NAMESPACE", ("hooptest" + std::to_string(port)).c_str(), 1);
+  });
+}
+
+TEST(Bootstrap, InitEnvFromSlurmVariables) {
+  init_env_case(2, [](int rank, int n, int port) {
+    setenv("SLURM_PROCID", std::to_string(rank).c_str(), 1);
+    setenv("SLURM_NTASKS", std::to_string(n).c_str(), 1);
+    setenv("SLURM_JOB_ID", std::to_string(port).c_str(), 1);
+  });
+}
+
+TEST(Bootstrap, InitEnvWithoutVariablesSaysWhatIsMissing) {
+  RunOptions opt;
+  opt.init = false;
+  RunResult r = run_ranks(
+      1,
+      [](RankLog &log, hoop_comm_t, int, int) {
+        clear_launcher_env();
+        hoop_comm_t comm;
+        hoop_result_t res = hoop_comm_init_env(&comm, nullptr);
+        RANK_EXPECT(log, res == HOOP_ERR_INVALID_ARGUMENT, "got %s",
+                    hoop_result_name(res));
+        RANK_EXPECT(log, strstr(hoop_last_error(), "HOOP_RANK") != nullptr,
+                    "message: %s", hoop_last_error());
+        setenv("HOOP_RANK", "5", 1);
+        setenv("HOOP_WORLD_SIZE", "2", 1);
+        res = hoop_comm_init_env(&comm, nullptr);
+        RANK_EXPECT(log, res == HOOP_ERR_INVALID_ARGUMENT,
+                    "rank >= size: %s", hoop_result_name(res));
+        setenv("HOOP_RANK", "0", 1);
+        res = hoop_comm_init_env(&comm, nullptr);
+        RANK_EXPECT(log, res == HOOP_ERR_INVALID_ARGUMENT,
+                    "no address: %s", hoop_result_name(res));
+        RANK_EXPECT(log,
+                    strstr(hoop_last_error(), "HOOP_ROOT_ADDR") != nullptr,
+                    "message: %s", hoop_last_error());
+      },
+      opt);
+  EXPECT_TRUE(r.all_ok()) << describe(r);
+}
+
+TEST(Bootstrap, InitRankRejectsBadArguments) {
+  hoop_unique_id_t id;
+  ASSERT_EQ(hoop_get_unique_id(&id), HOOP_SUCCESS);
+  hoop_comm_t comm;
+  EXPECT_EQ(hoop_comm_init_rank(&comm, 0, &id, 0, nullptr),
+            HOOP_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(hoop_comm_init_rank(&comm, 2, &id, 2, nullptr),
+            HOOP_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(hoop_comm_init_rank(&comm, 2, &id, -1, nullptr),
+            HOOP_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(hoop_comm_init_rank(&comm, 2, nullptr, 0, nullptr),
+            HOOP_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(hoop_comm_init_rank(nullptr, 2, &id, 0, nullptr),
+            HOOP_ERR_INVALID_ARGUMENT);
+  hoop_unique_id_t garbage;
+  memset(&garbage, 0x5a, sizeof garbage);
+  EXPECT_EQ(hoop_comm_init_rank(&comm, 1, &garbage, 0, nullptr),
+            HOOP_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(strstr(hoop_last_error(), "unique id"), nullptr)
+      << hoop_last_error();
+  hoop_config_t bad = HOOP_CONFIG_INIT;
+  bad.version = 0;
+  EXPECT_EQ(hoop_comm_init_rank(&comm, 1, &id, 0, &bad),
+            HOOP_ERR_INVALID_ARGUMENT);
+  hoop_config_t slices = HOOP_CONFIG_INIT;
+  slices.slice_bytes = 10;
+  EXPECT_EQ(hoop_comm_init_rank(&comm, 1, &id, 0, &slices),
+            HOOP_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(strstr(hoop_last_error(), "slice_bytes"), nullptr);
+}
+
+TEST(Bootstrap, DisagreeingSizesFailClearly) {
+  hoop_unique_id_t id;
+  ASSERT_EQ(hoop_get_unique_id(&id), HOOP_SUCCESS);
+  RunOptions opt;
+  opt.init = false;
+  hoop_config_t cfg = HOOP_CONFIG_INIT;
+  cfg.timeout_ms = 5000;
+  RunResult r = run_ranks(
+      2,
+      [&id, &cfg](RankLog &log, hoop_comm_t, int rank, int) {
+        hoop_comm_t comm;
+        // The shared id's rank 0 is the harness's first child.
+        hoop_result_t res =
+            hoop_comm_init_rank(&comm, rank == 0 ? 2 : 3, &id, rank, &cfg);
+        RANK_EXPECT(log, res == HOOP_ERR_MISMATCH, "got %s: %s",
+                    hoop_result_name(res), hoop_last_error());
+        RANK_EXPECT(log, strstr(hoop_last_error(), "3 ranks") != nullptr,
+                    "message: %s", hoop_last_error());
+      },
+      opt);
+  EXPECT_TRUE(r.all_ok()) << describe(r);
+}
+
+TEST(Bootstrap, MissingRankTimesOutNamingIt) {
+  hoop_unique_id_t id;
+  ASSERT_EQ(hoop_get_unique_id(&id), HOOP_SUCCESS);
+  RunOptions opt;
+  opt.init = false;
+  hoop_config_t cfg = HOOP_CONFIG_INIT;
+  cfg.timeout_ms = 1500;
+  auto start = std::chrono::steady_clock::now();
+  RunResult r = run_ranks(
+      2,
+      [&id, &cfg](RankLog &log, hoop_comm_t, int rank, int) {
+        hoop_comm_t comm;
+        // Ranks 0 and 1 of 3 come; rank 2 never does.
+        hoop_result_t res = hoop_comm_init_rank(&comm, 3, &id, rank, &cfg);
+        RANK_EXPECT(log, res == HOOP_ERR_TIMEOUT, "got %s: %s",
+                    hoop_result_name(res), hoop_last_error());
+        if (rank == 0)
+          RANK_EXPECT(log, strstr(hoop_last_error(), "rank(s) 2 of 3") !=
+                               nullptr,
+                      "message: %s", hoop_last_error());
+      },
+      opt);
+  double secs = std::chrono::duration<double>(
+                    std::chrono::steady_clock::now() - start)
+                    .count();
+  EXPECT_TRUE(r.all_ok()) << describe(r);
+  EXPECT_LT(secs, 6.0);
+}
+
+TEST(Bootstrap, ManyCommunicatorsCreatedAndDestroyed) {
+  RunOptions opt;
+  opt.init = false;
+  RunResult r = run_ranks(
+      1,
+      [](RankLog &log, hoop_comm_t, int, int) {
+        for (int i = 0; i < 200; i++) {
+          hoop_unique_id_t id;
+          hoop_comm_t comm;
+          RANK_EXPECT_OK(log, nullptr, hoop_get_unique_id(&id));
+          RANK_EXPECT_OK(log, nullptr,
+                         hoop_comm_init_rank(&comm, 1, &id, 0, nullptr));
+          RANK_EXPECT_OK(log, nullptr, hoop_comm_destroy(comm));
+        }
+        // Nothing leaked: the process has its usual handful of fds.
+        int open_fds = 0;
+        for (int fd = 0; fd < 1024; fd++)
+          open_fds += fcntl(fd, F_GETFD) != -1;
+        RANK_EXPECT(log, open_fds < 20, "%d fds open", open_fds);
+      },
+      opt);
+  EXPECT_TRUE(r.all_ok()) << describe(r);
+}
+
+} // namespace

@@ -1,0 +1,288 @@
+// Bad input and failures: every one must return a clear error, never crash,
+// hang or corrupt data.  Argument errors leave the communicator usable;
+// failures that involve a peer (mismatched calls, a dead or silent rank,
+// abort) fail on every rank, within the timeout, naming the peer.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "harness.h"
+
+using namespace hooptest;
+
+namespace {
+
+bool mentions(hoop_comm_t comm, const char *text) {
+  return strstr(hoop_comm_last_error(comm), text) != nullptr;
+}
+
+// A correct all-reduce after the error shows the communicator still works.
+void expect_usable(RankLog &log, hoop_comm_t comm, int nranks) {
+  std::vector<int32_t> v(1000, 1);
+  RANK_EXPECT_OK(log, comm, hoop_allreduce(comm, v.data(), v.data(), v.size(),
+                                           HOOP_I32, HOOP_SUM, nullptr));
+  for (int32_t x : v) {
+    if (x != nranks) {
+      log.fail("all-reduce after the error gave %d, not %d", x, nranks);
+      return;
+    }
+  }
+}
+
+TEST(Errors, BadArgumentsReturnInvalidArgumentAndCommStaysUsable) {
+  RunResult r = run_ranks(3, [](RankLog &log, hoop_comm_t comm, int rank,
+                                int nranks) {
+    std::vector<float> a(64, 1.0f), b(64);
+    hoop_result_t res;
+    res = hoop_allreduce(comm, nullptr, b.data(), 64, HOOP_F32, HOOP_SUM,
+                         nullptr);
+    RANK_EXPECT(log, res == HOOP_ERR_INVALID_ARGUMENT, "null sendbuf: %s",
+                hoop_result_name(res));
+    RANK_EXPECT(log, mentions(comm, "sendbuf is NULL"), "message: %s",
+                hoop_comm_last_error(comm));
+    res = hoop_allreduce(comm, a.data(), nullptr, 64, HOOP_F32, HOOP_SUM,
+                         nullptr);
+    RANK_EXPECT(log, res == HOOP_ERR_INVALID_ARGUMENT, "null recvbuf: %s",
+                hoop_result_name(res));
+    res = hoop_allreduce(comm, a.data(), b.data(), 64, (hoop_dtype_t)99,
+                         HOOP_SUM, nullptr);
+    RANK_EXPECT(log, res == HOOP_ERR_INVALID_ARGUMENT, "bad dtype: %s",
+                hoop_result_name(res));
+    RANK_EXPECT(log, mentions(comm, "dtype 99"), "message: %s",
+                hoop_comm_last_error(comm));
+    res = hoop_allreduce(comm, a.data(), b.data(), 64, HOOP_F32,
+                         (hoop_op_t)-1, nullptr);
+    RANK_EXPECT(log, res == HOOP_ERR_INVALID_ARGUMENT, "bad op: %s",
+                hoop_result_name(res));
+    res = hoop_allreduce(comm, a.data(), b.data(), SIZE_MAX / 2, HOOP_F32,
+                         HOOP_SUM, nullptr);
+    RANK_EXPECT(log, res == HOOP_ERR_INVALID_ARGUMENT, "overflow: %s",
+                hoop_result_name(res));
+    RANK_EXPECT(log, mentions(comm, "overflows"), "message: %s",
+                hoop_comm_last_error(comm));
+    res = hoop_reduce_scatter(comm, a.data(), b.data(), SIZE_MAX / 3,
+                              HOOP_F32, HOOP_SUM, nullptr);
+    RANK_EXPECT(log, res == HOOP_ERR_INVALID_ARGUMENT,
+                "reduce_scatter overflow: %s", hoop_result_name(res));
+    // Overlapping buffers that are not the in-place layout.
+    res = hoop_allreduce(comm, a.data(), a.data() + 1, 32, HOOP_F32, HOOP_SUM,
+                         nullptr);
+    RANK_EXPECT(log, res == HOOP_ERR_INVALID_ARGUMENT, "overlap: %s",
+                hoop_result_name(res));
+    res = hoop_allgather(comm, a.data(), a.data() + 1, 8, HOOP_F32, nullptr);
+    RANK_EXPECT(log, res == HOOP_ERR_INVALID_ARGUMENT, "gather overlap: %s",
+                hoop_result_name(res));
+    // Count 0 with NULL buffers is a valid no-op, as in NCCL.
+    RANK_EXPECT_OK(log, comm, hoop_allreduce(comm, nullptr, nullptr, 0,
+                                             HOOP_F32, HOOP_SUM, nullptr));
+    int got = -1;
+    RANK_EXPECT(log, hoop_comm_rank(comm, nullptr) ==
+                         HOOP_ERR_INVALID_ARGUMENT, "rank(NULL)");
+    RANK_EXPECT_OK(log, comm, hoop_comm_rank(comm, &got));
+    RANK_EXPECT(log, got == rank, "rank %d", got);
+    expect_usable(log, comm, nranks);
+  });
+  EXPECT_TRUE(r.all_ok()) << describe(r);
+}
+
+TEST(Errors, DestroyedOrNullCommunicatorIsRejected) {
+  RunOptions opt;
+  opt.init = false;
+  RunResult r = run_ranks(
+      1,
+      [](RankLog &log, hoop_comm_t, int, int) {
+        hoop_unique_id_t id;
+        hoop_comm_t comm;
+        RANK_EXPECT_OK(log, nullptr, hoop_get_unique_id(&id));
+        RANK_EXPECT_OK(log, nullptr,
+                       hoop_comm_init_rank(&comm, 1, &id, 0, nullptr));
+        RANK_EXPECT_OK(log, nullptr, hoop_comm_destroy(comm));
+        float x = 1;
+        hoop_result_t res =
+            hoop_allreduce(comm, &x, &x, 1, HOOP_F32, HOOP_SUM, nullptr);
+        RANK_EXPECT(log, res == HOOP_ERR_INVALID_USAGE, "after destroy: %s",
+                    hoop_result_name(res));
+        RANK_EXPECT(log, strstr(hoop_last_error(), "not live") != nullptr,
+                    "message: %s", hoop_last_error());
+        res = hoop_comm_destroy(comm);
+        RANK_EXPECT(log, res == HOOP_ERR_INVALID_USAGE, "double destroy: %s",
+                    hoop_result_name(res));
+        res = hoop_allreduce(nullptr, &x, &x, 1, HOOP_F32, HOOP_SUM, nullptr);
+        RANK_EXPECT(log, res == HOOP_ERR_INVALID_ARGUMENT, "NULL comm: %s",
+                    hoop_result_name(res));
+      },
+      opt);
+  EXPECT_TRUE(r.all_ok()) << describe(r);
+}
+
+// Every rank must fail at once, and every message must say what differed.
+void mismatch_case(int nranks, bool other_collective) {
+  hoop_config_t cfg = HOOP_CONFIG_INIT;
+  cfg.timeout_ms = 20000;
+  RunOptions opt;
+  opt.config = &cfg;
+  auto start = std::chrono::steady_clock::now();
+  RunResult r = run_ranks(
+      nranks,
+      [other_collective](RankLog &log, hoop_comm_t comm, int rank,
+                         int n) {
+        std::vector<float> v(4096 * n, 1.0f), out(4096 * n);
+        size_t count = rank == n - 1 && !other_collective ? 4097 : 4096;
+        hoop_result_t res =
+            other_collective && rank == n - 1
+                ? hoop_allgather(comm, v.data(), out.data(), count, HOOP_F32,
+                                 nullptr)
+                : hoop_allreduce(comm, v.data(), out.data(), count, HOOP_F32,
+                                 HOOP_SUM, nullptr);
+        // A rank either sees the mismatch or is told of it by one that did.
+        RANK_EXPECT(log, res == HOOP_ERR_MISMATCH || res == HOOP_ERR_REMOTE,
+                    "got %s: %s", hoop_result_name(res),
+                    hoop_comm_last_error(comm));
+        RANK_EXPECT(log, mentions(comm, "ranks disagree"), "message: %s",
+                    hoop_comm_last_error(comm));
+        // The communicator is now broken, and says so.
+        res = hoop_allreduce(comm, v.data(), out.data(), 4, HOOP_F32,
+                             HOOP_SUM, nullptr);
+        RANK_EXPECT(log, res != HOOP_SUCCESS && mentions(comm, "broken"),
+                    "second call: %s: %s", hoop_result_name(res),
+                    hoop_comm_last_error(comm));
+      },
+      opt);
+  double secs = std::chrono::duration<double>(
+                    std::chrono::steady_clock::now() - start)
+                    .count();
+  EXPECT_TRUE(r.all_ok()) << describe(r);
+  EXPECT_LT(secs, 10.0) << "ranks should fail at once, not at the timeout";
+}
+
+TEST(Errors, MismatchedCountsFailOnEveryRank2) { mismatch_case(2, false); }
+TEST(Errors, MismatchedCountsFailOnEveryRank3) { mismatch_case(3, false); }
+TEST(Errors, MismatchedCountsFailOnEveryRank5) { mismatch_case(5, false); }
+TEST(Errors, MismatchedCollectivesFailOnEveryRank4) {
+  mismatch_case(4, true);
+}
+
+TEST(Errors, KilledRankMakesOthersFailNamingIt) {
+  hoop_config_t cfg = HOOP_CONFIG_INIT;
+  cfg.timeout_ms = 30000;
+  RunOptions opt;
+  opt.config = &cfg;
+  auto start = std::chrono::steady_clock::now();
+  RunResult r = run_ranks(
+      4,
+      [](RankLog &log, hoop_comm_t comm, int rank, int nranks) {
+        std::vector<float> v(16u << 20, 1.0f);
+        // Everyone finishes one call, so the victim dies mid-stream of the
+        // next one and not during set-up.
+        expect_usable(log, comm, nranks);
+        if (rank == 2) {
+          std::thread([] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(30));
+            kill(getpid(), SIGKILL);
+          }).detach();
+        }
+        for (int i = 0; i < 100; i++) {
+          hoop_result_t res = hoop_allreduce(comm, v.data(), v.data(),
+                                             v.size(), HOOP_F32, HOOP_SUM,
+                                             nullptr);
+          if (res != HOOP_SUCCESS) {
+            RANK_EXPECT(log, res == HOOP_ERR_REMOTE, "got %s: %s",
+                        hoop_result_name(res), hoop_comm_last_error(comm));
+            RANK_EXPECT(log, mentions(comm, "rank 2 ("), "message: %s",
+                        hoop_comm_last_error(comm));
+            return;
+          }
+        }
+        log.fail("never noticed that rank 2 died");
+      },
+      opt);
+  double secs = std::chrono::duration<double>(
+                    std::chrono::steady_clock::now() - start)
+                    .count();
+  EXPECT_EQ(r.exit_codes[2], 128 + SIGKILL);
+  r.exit_codes[2] = 0;
+  EXPECT_TRUE(r.all_ok()) << describe(r);
+  EXPECT_LT(secs, 20.0) << "a dead peer is seen at once, not at the timeout";
+}
+
+TEST(Errors, SilentRankTimesOutNamingIt) {
+  hoop_config_t cfg = HOOP_CONFIG_INIT;
+  cfg.timeout_ms = 1000;
+  RunOptions opt;
+  opt.config = &cfg;
+  RunResult r = run_ranks(
+      2,
+      [](RankLog &log, hoop_comm_t comm, int rank, int) {
+        float x = 1;
+        if (rank == 1)
+          std::this_thread::sleep_for(std::chrono::milliseconds(3000));
+        auto t0 = std::chrono::steady_clock::now();
+        hoop_result_t res =
+            hoop_allreduce(comm, &x, &x, 1, HOOP_F32, HOOP_SUM, nullptr);
+        double secs = std::chrono::duration<double>(
+                          std::chrono::steady_clock::now() - t0)
+                          .count();
+        if (rank == 0) {
+          RANK_EXPECT(log, res == HOOP_ERR_TIMEOUT, "got %s: %s",
+                      hoop_result_name(res), hoop_comm_last_error(comm));
+          RANK_EXPECT(log, mentions(comm, "rank 1 ("), "message: %s",
+                      hoop_comm_last_error(comm));
+          RANK_EXPECT(log, secs > 0.9 && secs < 2.5, "took %.2f s", secs);
+        } else {
+          // The late rank learns why its peer gave up.
+          RANK_EXPECT(log, res == HOOP_ERR_REMOTE, "got %s: %s",
+                      hoop_result_name(res), hoop_comm_last_error(comm));
+          RANK_EXPECT(log, mentions(comm, "no progress for 1000 ms"),
+                      "message: %s", hoop_comm_last_error(comm));
+        }
+      },
+      opt);
+  EXPECT_TRUE(r.all_ok()) << describe(r);
+}
+
+TEST(Errors, AbortFromAnotherThreadEndsABlockedCall) {
+  hoop_config_t cfg = HOOP_CONFIG_INIT;
+  cfg.timeout_ms = 60000;
+  RunOptions opt;
+  opt.config = &cfg;
+  opt.init = true;
+  RunResult r = run_ranks(
+      2,
+      [](RankLog &log, hoop_comm_t comm, int rank, int) {
+        float x = 1;
+        if (rank == 1) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+          hoop_result_t res =
+              hoop_allreduce(comm, &x, &x, 1, HOOP_F32, HOOP_SUM, nullptr);
+          RANK_EXPECT(log, res != HOOP_SUCCESS, "peer aborted, yet success");
+          return;
+        }
+        std::thread aborter([comm] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(200));
+          hoop_comm_abort(comm);
+        });
+        auto t0 = std::chrono::steady_clock::now();
+        hoop_result_t res =
+            hoop_allreduce(comm, &x, &x, 1, HOOP_F32, HOOP_SUM, nullptr);
+        double secs = std::chrono::duration<double>(
+                          std::chrono::steady_clock::now() - t0)
+                          .count();
+        aborter.join();
+        RANK_EXPECT(log, res == HOOP_ERR_ABORTED, "got %s",
+                    hoop_result_name(res));
+        RANK_EXPECT(log, secs < 1.5, "abort took %.2f s", secs);
+        res = hoop_allreduce(comm, &x, &x, 1, HOOP_F32, HOOP_SUM, nullptr);
+        RANK_EXPECT(log, res == HOOP_ERR_INVALID_USAGE,
+                    "use after abort: %s", hoop_result_name(res));
+        _exit(log.ok() ? 0 : 1); // comm is gone: skip the harness's destroy
+      },
+      opt);
+  EXPECT_TRUE(r.all_ok()) << describe(r);
+}
+
+} // namespace
