@@ -17,16 +17,27 @@
  * HOOP_SUM: the division happens once, in hoop__reduce_div().  F16 and BF16
  * are combined in float and rounded to nearest-even once per element.
  * Integer SUM and PROD wrap modulo 2^bits (no undefined signed overflow).
- * MIN and MAX return NaN when either operand is NaN.
+ * MIN and MAX follow IEEE 754-2019 minimum/maximum: NaN when either operand
+ * is NaN, and -0 < +0.  A NaN result is always a quiet NaN.  Each element
+ * is one IEEE operation (and one rounding for F16/BF16), so its bits do not
+ * depend on how the kernel was compiled or vectorised.  An invalid dtype
+ * or op (callers validate them) leaves dst untouched.
  */
 void hoop__reduce(void *dst, const void *a, const void *b, size_t count,
                   hoop_dtype_t dtype, hoop_op_t op);
 
-/* buf[i] = buf[i] / divisor; integer types truncate toward zero. */
+/*
+ * buf[i] = buf[i] / divisor, rounded once to the dtype; integer types
+ * truncate toward zero, as C division does.  divisor is a rank count: a
+ * divisor below 1 (or an invalid dtype) leaves buf untouched.
+ */
 void hoop__reduce_div(void *buf, size_t count, hoop_dtype_t dtype,
                       int divisor);
 
-/* IEEE binary16 and bfloat16 conversions, round to nearest even. */
+/*
+ * IEEE binary16 and bfloat16 conversions, round to nearest even, with
+ * subnormals, overflow to infinity, and NaNs kept NaN (and quiet).
+ */
 float hoop__f16_to_f32(uint16_t h);
 uint16_t hoop__f32_to_f16(float f);
 float hoop__bf16_to_f32(uint16_t h);

@@ -1,0 +1,430 @@
+/*
+ * Host reduction kernels: the arithmetic of every collective that reduces.
+ * Collectives spend most of their CPU time here, so each (dtype, op) pair
+ * gets its own loop that GCC can vectorise at -O3 with only the baseline
+ * ISA (SSE2 on x86-64; the library is built without -march so that one
+ * binary runs everywhere).
+ *
+ * The loops are written so that GCC's if-conversion can turn them into
+ * straight-line vector code:
+ *  - No `restrict`: dst may be a or b.  GCC versions the loop on a runtime
+ *    overlap check, and an exact alias passes that check (each element is
+ *    read before it is written), so in-place calls stay vectorised.
+ *  - Floating-point operations are never conditional.  GCC will not
+ *    speculate an operation that may raise an exception, so an FP add that
+ *    feeds only one arm of a select keeps the loop scalar.  Selects pick
+ *    between operands, or between bit patterns, instead.
+ *  - Where a chain of ?: would do, some selects are spelt as AND/OR with
+ *    all-ones masks: GCC turns such chains into nested mask logic that
+ *    costs up to twice the instructions.
+ *  - Type punning goes through memcpy(), which GCC turns into plain moves.
+ *
+ * Results are bit-exact whatever the optimiser does: every float operation
+ * is a single IEEE operation in the default rounding mode (round to
+ * nearest even), which hoop assumes throughout.  The fp16 conversions never
+ * produce an f32 subnormal and give the same answer when they are fed one
+ * as zero, so a caller that enabled flush-to-zero or denormals-are-zero
+ * still gets exact fp16 results.
+ */
+#include "reduce/reduce.h"
+
+#include <string.h>
+
+/* ---- Bit access ------------------------------------------------------- */
+
+static inline uint32_t f32_bits(float f)
+{
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+static inline float f32_from_bits(uint32_t u)
+{
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+static inline uint64_t f64_bits(double f)
+{
+  uint64_t u;
+  memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+static inline double f64_from_bits(uint64_t u)
+{
+  double f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+/* ---- fp16 / bf16 conversions ------------------------------------------ */
+
+/*
+ * The masks and range tests below use int32_t where the value allows:
+ * SSE2 has signed vector compares only, and GCC pays extra instructions to
+ * emulate unsigned ones.
+ */
+
+#define F32_QUIET_BIT 0x00400000u
+#define F64_QUIET_BIT 0x0008000000000000ull
+
+static inline float f16_to_f32_inline(uint16_t h)
+{
+  uint32_t sign = ((uint32_t)h & 0x8000u) << 16;
+  /* Exponent and mantissa, already in their f32 positions. */
+  int32_t em = (int32_t)(((uint32_t)h & 0x7fffu) << 13);
+  int32_t special = em >= 0x0f800000 ? -1 : 0; /* inf or NaN */
+  int32_t sub = em < 0x00800000 ? -1 : 0;      /* zero or subnormal */
+  /*
+   * Normal numbers only need the exponent rebiased (15 -> 127).  Inf and
+   * NaN get the bias twice, which takes their all-ones exponent to the f32
+   * all-ones exponent.  A subnormal m * 2^-24 is built as the normal float
+   * 2^-14 * (1 + m/1024) and the 2^-14 subtracted again: exact and, unlike
+   * scaling by 2^112, free of f32 subnormals.  Every lane subtracts
+   * (0 when not subnormal) so that the FP operation is unconditional; as a
+   * bonus, that quiets signalling NaNs.
+   */
+  int32_t bias = (112 << 23) + (special & (112 << 23)) + (sub & (1 << 23));
+  float mag = f32_from_bits((uint32_t)(em + bias)) -
+              f32_from_bits((uint32_t)sub & 0x38800000u);
+  return f32_from_bits(f32_bits(mag) | sign);
+}
+
+static inline uint16_t f32_to_f16_inline(float f)
+{
+  uint32_t x = f32_bits(f);
+  int32_t ax = (int32_t)(x & 0x7fffffffu);
+  /*
+   * Everything from 65520 up rounds to inf; clamping to 2^16 first lets the
+   * normal path below produce that inf, and keeps NaNs (which the compare
+   * sends to 2^16 as well) out of the arithmetic.  They are patched last.
+   */
+  float fa = f32_from_bits((uint32_t)ax);
+  fa = fa < 65536.0f ? fa : 65536.0f;
+  /*
+   * Below 2^-14 the result is an fp16 subnormal, a multiple of 2^-24.
+   * Adding 0.5 (whose ulp is 2^-24) makes the FPU round to that multiple,
+   * ties to even, and leaves the count in the low mantissa bits.  Other
+   * lanes add 0, which changes nothing, so that the addition is
+   * unconditional.  The addend comes from a mask because GCC rewrites
+   * `x + (c ? 0.5f : 0.0f)` as two conditional additions.
+   */
+  uint32_t tiny = ax < 0x38800000 ? 0xffffffffu : 0u;
+  uint32_t tb = f32_bits(fa + f32_from_bits(tiny & 0x3f000000u));
+  /*
+   * From here on the fp16 bits are kept shifted left by 13, where the
+   * normal path has them anyway, and shifted down once at the end.  The
+   * final shift needs all 32 bits of every intermediate, which stops GCC
+   * from narrowing each select to 16-bit lanes separately (SSE2 narrows
+   * with long shuffle sequences).
+   */
+  uint32_t sub = (tb - 0x3f000000u) << 13;
+  /*
+   * Normal range: rebias (127 -> 15) and round the 13 dropped bits to
+   * nearest even.  A carry out of the mantissa bumps the exponent, up to
+   * inf for 65520 (the tie between 65504, odd, and 2^16).  This reads tb,
+   * equal to fa here, not fa: were the addition used by the subnormal arm
+   * alone, GCC would sink it into that arm and not vectorise the loop.
+   */
+  uint32_t norm = tb - (112u << 23) + 0x0fffu + ((tb >> 13) & 1u);
+  uint32_t r = (sub & tiny) | (norm & ~tiny);
+  /*
+   * NaN lanes hold inf by now: add the quiet bit, which also keeps a NaN
+   * whose payload was all in the dropped low bits from becoming inf, and
+   * what fits of the payload.
+   */
+  uint32_t nan = ax > 0x7f800000 ? 0xffffffffu : 0u;
+  r |= nan & (0x00400000u | ((uint32_t)ax & 0x007fe000u));
+  return (uint16_t)((r | ((x >> 3) & 0x10000000u)) >> 13);
+}
+
+/*
+ * The kernels' widening: it leaves a signalling NaN signalling, which is
+ * harmless there because every kernel result goes through
+ * f32_to_bf16_inline(), and that quiets every NaN.
+ */
+static inline float bf16_to_f32_inline(uint16_t h)
+{
+  return f32_from_bits((uint32_t)h << 16);
+}
+
+static inline uint16_t f32_to_bf16_inline(float f)
+{
+  uint32_t x = f32_bits(f);
+  int32_t ax = (int32_t)(x & 0x7fffffffu);
+  /*
+   * Round the low 16 bits to nearest even.  Finite values cannot wrap
+   * (|x| <= 0x7f7fffff), and a carry into the exponent rounds to the next
+   * binade or to inf, as it should.  NaNs are not rounded: that could wrap
+   * them into the sign bit or, when the payload is all in the low bits,
+   * make them inf.  They are truncated and made quiet instead.
+   */
+  uint32_t nan = ax > 0x7f800000 ? 0xffffffffu : 0u;
+  uint32_t round = (0x7fffu + ((x >> 16) & 1u)) & ~nan;
+  return (uint16_t)(((x + round) >> 16) | (nan & 0x0040u));
+}
+
+float hoop__f16_to_f32(uint16_t h)
+{
+  return f16_to_f32_inline(h);
+}
+
+uint16_t hoop__f32_to_f16(float f)
+{
+  return f32_to_f16_inline(f);
+}
+
+float hoop__bf16_to_f32(uint16_t h)
+{
+  /* Callers may compute with the result, so hand them a quiet NaN. */
+  uint32_t u = (uint32_t)h << 16;
+  if (((uint32_t)h & 0x7fffu) > 0x7f80u)
+    u |= F32_QUIET_BIT;
+  return f32_from_bits(u);
+}
+
+uint16_t hoop__f32_to_bf16(float f)
+{
+  return f32_to_bf16_inline(f);
+}
+
+/* ---- Floating-point MIN and MAX --------------------------------------- */
+
+/*
+ * IEEE 754-2019 minimum/maximum: NaN wins, and -0 < +0.  When x == y the
+ * two differ at most in the sign of a zero, so OR-ing the bits gives the
+ * minimum and AND-ing them the maximum.  When either is a NaN, x | y is a
+ * NaN too (all-ones exponent, non-zero mantissa); the quiet bit is added
+ * so that a signalling NaN does not come out signalling.
+ */
+static inline float min_f32(float x, float y)
+{
+  uint32_t ux = f32_bits(x), uy = f32_bits(y);
+  uint32_t lt = x < y ? 0xffffffffu : 0u;
+  uint32_t eq = x == y ? 0xffffffffu : 0u;
+  uint32_t un = ((x != x) | (y != y)) ? 0xffffffffu : 0u;
+  uint32_t r = (lt & ux) | (~lt & uy); /* y when equal or unordered */
+  r |= eq & ux;
+  r |= un & (ux | F32_QUIET_BIT);
+  return f32_from_bits(r);
+}
+
+static inline float max_f32(float x, float y)
+{
+  uint32_t ux = f32_bits(x), uy = f32_bits(y);
+  uint32_t gt = x > y ? 0xffffffffu : 0u;
+  uint32_t eq = x == y ? 0xffffffffu : 0u;
+  uint32_t un = ((x != x) | (y != y)) ? 0xffffffffu : 0u;
+  uint32_t r = (gt & ux) | (~gt & uy); /* y when equal or unordered */
+  r &= ~(eq & ~ux);
+  r |= un & (ux | F32_QUIET_BIT);
+  return f32_from_bits(r);
+}
+
+/*
+ * Same rules.  The double versions keep ?: on doubles: GCC 12 does not
+ * vectorise the mask form for 64-bit lanes at the baseline ISA.
+ */
+static inline double min_f64(double x, double y)
+{
+  double m = x < y ? x : y;
+  m = x == y ? f64_from_bits(f64_bits(x) | f64_bits(y)) : m;
+  m = ((x != x) | (y != y))
+          ? f64_from_bits(f64_bits(x) | f64_bits(y) | F64_QUIET_BIT)
+          : m;
+  return m;
+}
+
+static inline double max_f64(double x, double y)
+{
+  double m = x > y ? x : y;
+  m = x == y ? f64_from_bits(f64_bits(x) & f64_bits(y)) : m;
+  m = ((x != x) | (y != y))
+          ? f64_from_bits(f64_bits(x) | f64_bits(y) | F64_QUIET_BIT)
+          : m;
+  return m;
+}
+
+/* ---- Kernels ---------------------------------------------------------- */
+
+/*
+ * One loop per (dtype, op), so that the op is decided once per call and
+ * the loop body is branch-free.  EXPR combines `x` (from a) and `y` (from
+ * b).  Both are loaded before dst is stored, which is what makes
+ * dst == a and dst == b safe.
+ */
+#define KERNEL_(name, T, EXPR)                                                \
+  static void name(void *dst_, const void *a_, const void *b_, size_t n)     \
+  {                                                                           \
+    T *d = dst_;                                                              \
+    const T *a = a_;                                                          \
+    const T *b = b_;                                                          \
+    for (size_t i = 0; i < n; i++) {                                          \
+      T x = a[i];                                                             \
+      T y = b[i];                                                             \
+      d[i] = EXPR;                                                            \
+    }                                                                         \
+  }
+
+/*
+ * Integer types: X(dtype, tag, T, U, D).  U is the unsigned type that SUM
+ * and PROD compute in, so that overflow wraps instead of being undefined;
+ * for 8-bit types it is `unsigned` because uint8_t would promote to int.
+ * Converting the wrapped value back to T is implementation-defined in C11,
+ * and modular in every compiler hoop supports.  D is the type of the
+ * divisor in hoop__reduce_div: wide enough that casting the int divisor to
+ * it neither truncates nor changes signedness for positive divisors.
+ */
+#define INT_TYPES_(X)                                                         \
+  X(HOOP_I8, i8, int8_t, unsigned, int)                                       \
+  X(HOOP_U8, u8, uint8_t, unsigned, int)                                      \
+  X(HOOP_I32, i32, int32_t, uint32_t, int32_t)                                \
+  X(HOOP_U32, u32, uint32_t, uint32_t, uint32_t)                              \
+  X(HOOP_I64, i64, int64_t, uint64_t, int64_t)                                \
+  X(HOOP_U64, u64, uint64_t, uint64_t, uint64_t)
+
+/* Native floating-point types: X(dtype, tag, T, MIN, MAX). */
+#define FLOAT_TYPES_(X)                                                       \
+  X(HOOP_F32, f32, float, min_f32, max_f32)                                   \
+  X(HOOP_F64, f64, double, min_f64, max_f64)
+
+/* 16-bit floats stored as uint16_t and combined in float: X(dtype, tag). */
+#define HALF_TYPES_(X)                                                        \
+  X(HOOP_F16, f16)                                                            \
+  X(HOOP_BF16, bf16)
+
+#define INT_KERNELS_(dtype, tag, T, U, D)                                     \
+  KERNEL_(tag##_sum, T, (T)((U)x + (U)y))                                     \
+  KERNEL_(tag##_prod, T, (T)((U)x * (U)y))                                    \
+  KERNEL_(tag##_min, T, x < y ? x : y)                                        \
+  KERNEL_(tag##_max, T, x > y ? x : y)
+
+#define FLOAT_KERNELS_(dtype, tag, T, MIN, MAX)                               \
+  KERNEL_(tag##_sum, T, x + y)                                                \
+  KERNEL_(tag##_prod, T, x * y)                                               \
+  KERNEL_(tag##_min, T, MIN(x, y))                                            \
+  KERNEL_(tag##_max, T, MAX(x, y))
+
+/*
+ * One float operation and one rounding.  Float has more than twice the
+ * precision of fp16 and bf16, plus two bits (24 >= 2 * 11 + 2), so the
+ * rounding to float is harmless: the result is the exactly rounded one.
+ */
+#define HALF_KERNELS_(dtype, tag)                                             \
+  KERNEL_(tag##_sum, uint16_t,                                                \
+          f32_to_##tag##_inline(tag##_to_f32_inline(x) +                      \
+                                tag##_to_f32_inline(y)))                      \
+  KERNEL_(tag##_prod, uint16_t,                                               \
+          f32_to_##tag##_inline(tag##_to_f32_inline(x) *                      \
+                                tag##_to_f32_inline(y)))                      \
+  KERNEL_(tag##_min, uint16_t,                                                \
+          f32_to_##tag##_inline(min_f32(tag##_to_f32_inline(x),               \
+                                        tag##_to_f32_inline(y))))             \
+  KERNEL_(tag##_max, uint16_t,                                                \
+          f32_to_##tag##_inline(max_f32(tag##_to_f32_inline(x),               \
+                                        tag##_to_f32_inline(y))))
+
+INT_TYPES_(INT_KERNELS_)
+FLOAT_TYPES_(FLOAT_KERNELS_)
+HALF_TYPES_(HALF_KERNELS_)
+
+typedef void (*kernel_fn)(void *dst, const void *a, const void *b, size_t n);
+
+/* AVG reduces like SUM; hoop__reduce_div() divides once at the end. */
+#define KERNEL_ROW_(dtype, tag)                                               \
+  [dtype] = {                                                                 \
+    [HOOP_SUM] = tag##_sum,                                                   \
+    [HOOP_PROD] = tag##_prod,                                                 \
+    [HOOP_MIN] = tag##_min,                                                   \
+    [HOOP_MAX] = tag##_max,                                                   \
+    [HOOP_AVG] = tag##_sum,                                                   \
+  },
+#define INT_ROW_(dtype, tag, T, U, D) KERNEL_ROW_(dtype, tag)
+#define FLOAT_ROW_(dtype, tag, T, MIN, MAX) KERNEL_ROW_(dtype, tag)
+
+static const kernel_fn kernels[HOOP_DTYPE_COUNT][HOOP_OP_COUNT] = {
+  INT_TYPES_(INT_ROW_)
+  FLOAT_TYPES_(FLOAT_ROW_)
+  HALF_TYPES_(KERNEL_ROW_)
+};
+
+void hoop__reduce(void *dst, const void *a, const void *b, size_t count,
+                  hoop_dtype_t dtype, hoop_op_t op)
+{
+  /* Casts to unsigned so that negative enum values are rejected too. */
+  if ((unsigned)dtype >= HOOP_DTYPE_COUNT || (unsigned)op >= HOOP_OP_COUNT)
+    return;
+  kernel_fn fn = kernels[dtype][op];
+  if (fn != NULL && count > 0)
+    fn(dst, a, b, count);
+}
+
+/* ---- Division for AVG ------------------------------------------------- */
+
+typedef void (*div_fn)(void *buf, size_t n, int divisor);
+
+/* C division truncates toward zero, which is what AVG promises. */
+#define INT_DIV_(dtype, tag, T, U, D)                                         \
+  static void tag##_div(void *buf_, size_t n, int divisor)                    \
+  {                                                                           \
+    T *p = buf_;                                                              \
+    D dv = (D)divisor;                                                        \
+    for (size_t i = 0; i < n; i++)                                            \
+      p[i] = (T)(p[i] / dv);                                                  \
+  }
+
+/*
+ * The quotient is taken in double, where any int divisor is exact, and
+ * rounded once to T.  For float the intermediate rounding to double is
+ * harmless, by the argument above (53 >= 2 * 24 + 2).
+ */
+#define FLOAT_DIV_(dtype, tag, T, MIN, MAX)                                   \
+  static void tag##_div(void *buf_, size_t n, int divisor)                    \
+  {                                                                           \
+    T *p = buf_;                                                              \
+    double dv = (double)divisor;                                              \
+    for (size_t i = 0; i < n; i++)                                            \
+      p[i] = (T)((double)p[i] / dv);                                          \
+  }
+
+/*
+ * In float, like the kernels: exactly rounded as long as the divisor is
+ * exact in float, which a rank count (far below 2^24) is.
+ */
+#define HALF_DIV_(dtype, tag)                                                 \
+  static void tag##_div(void *buf_, size_t n, int divisor)                    \
+  {                                                                           \
+    uint16_t *p = buf_;                                                       \
+    float dv = (float)divisor;                                                \
+    for (size_t i = 0; i < n; i++)                                            \
+      p[i] = f32_to_##tag##_inline(tag##_to_f32_inline(p[i]) / dv);           \
+  }
+
+INT_TYPES_(INT_DIV_)
+FLOAT_TYPES_(FLOAT_DIV_)
+HALF_TYPES_(HALF_DIV_)
+
+#define DIV_ROW_(dtype, tag) [dtype] = tag##_div,
+#define INT_DIV_ROW_(dtype, tag, T, U, D) DIV_ROW_(dtype, tag)
+#define FLOAT_DIV_ROW_(dtype, tag, T, MIN, MAX) DIV_ROW_(dtype, tag)
+
+static const div_fn dividers[HOOP_DTYPE_COUNT] = {
+  INT_TYPES_(INT_DIV_ROW_)
+  FLOAT_TYPES_(FLOAT_DIV_ROW_)
+  HALF_TYPES_(DIV_ROW_)
+};
+
+void hoop__reduce_div(void *buf, size_t count, hoop_dtype_t dtype,
+                      int divisor)
+{
+  /*
+   * A divisor below 1 is a caller bug (it is a rank count); refusing it
+   * also rules out division by zero and INT_MIN / -1.
+   */
+  if ((unsigned)dtype >= HOOP_DTYPE_COUNT || divisor < 1 || count == 0)
+    return;
+  dividers[dtype](buf, count, divisor);
+}
