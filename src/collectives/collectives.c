@@ -116,14 +116,29 @@ static int channels_for(const struct hoop_comm *comm, size_t bytes) {
   return n < (size_t)comm->nsocks ? (int)n : comm->nsocks;
 }
 
+/*
+ * How many slices each step may run ahead of the next.  Slices that are
+ * only copied or reduced into the result need no buffer, so then a step
+ * may run a whole chunk ahead; forwarded slices wait in the outbox, whose
+ * budget (HOOP_PIPELINE_BYTES) bounds the depth.
+ */
+static size_t pipeline_depth(const struct hoop_comm *comm, int forwards) {
+  if (forwards == 0)
+    return UINT32_MAX;
+  size_t per_tick = (size_t)forwards * comm->slice_bytes;
+  size_t ticks = comm->pipeline_bytes / per_tick;
+  return ticks > 2 ? ticks - 1 : 1;
+}
+
 static hoop_result_t run_ring(struct hoop_comm *comm, const struct call *c,
                               size_t header_count) {
   hoop_result_t res;
   int n = comm->nranks;
   int nch = channels_for(comm, c->bytes);
   int nsteps = hoop__ring_nsteps(c->coll, n);
-  int forwards = c->coll != HOOP_COLL_ALLGATHER && n > 2;
-  size_t outbox_cap = 2 * comm->slice_bytes;
+  int forwards = c->coll == HOOP_COLL_ALLGATHER ? 0 : n - 2;
+  size_t depth = pipeline_depth(comm, forwards);
+  size_t outbox_cap = (depth + 1) * (size_t)forwards * comm->slice_bytes;
   struct hoop_chain_job job = {
       .comm = comm,
       .dtype = c->dtype,
@@ -144,6 +159,7 @@ static hoop_result_t run_ring(struct hoop_comm *comm, const struct call *c,
       .root = -1,
       .sender = comm->rank,
       .nchannels = (uint16_t)nch,
+      .depth = (uint32_t)depth,
   };
   job.chains = calloc((size_t)nch, sizeof *job.chains);
   struct hoop_chain_step *steps =
@@ -154,7 +170,7 @@ static hoop_result_t run_ring(struct hoop_comm *comm, const struct call *c,
                      api_name(c->coll));
     goto out;
   }
-  if (forwards)
+  if (forwards > 0)
     HOOP_CHECK_GOTO(hoop__comm_scratch(comm, outbox_cap * (size_t)nch,
                                        (void **)&outboxes),
                     res, out);
@@ -169,7 +185,8 @@ static hoop_result_t run_ring(struct hoop_comm *comm, const struct call *c,
     HOOP_CHECK_GOTO(hoop__comm_conn(comm, (comm->rank + n - 1) % n, ch,
                                     &chain->recv_conn),
                     res, out);
-    if (forwards) {
+    chain->depth = depth;
+    if (forwards > 0) {
       chain->outbox.buf = outboxes + (size_t)ch * outbox_cap;
       chain->outbox.cap = outbox_cap;
     }

@@ -371,6 +371,7 @@ static hoop_result_t apply_config(struct hoop_comm *comm,
   comm->nsocks = (int)hoop__param_nsocks();
   comm->slice_bytes = (size_t)hoop__param_slice_bytes();
   comm->sockbuf_bytes = (size_t)hoop__param_sockbuf_bytes();
+  comm->pipeline_bytes = (size_t)hoop__param_pipeline_bytes();
   *ifname = getenv("HOOP_SOCKET_IFNAME");
   if (cfg != NULL) {
     if (cfg->size < sizeof(hoop_config_t) || cfg->version == 0 ||
@@ -405,6 +406,20 @@ static hoop_result_t apply_config(struct hoop_comm *comm,
   return HOOP_SUCCESS;
 }
 
+/*
+ * Busy-polling only pays when every local rank has a core; with more ranks
+ * than cores a spinning rank steals the time its peer needs to answer.
+ */
+static long long spin_budget_ns(const struct hoop_comm *comm) {
+  int local = 0;
+  for (int i = 0; i < comm->nranks; i++)
+    local += comm->peers[i].host_hash == comm->peers[comm->rank].host_hash;
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  if (cores > 0 && local > cores)
+    return 0;
+  return (long long)hoop__param_spin_us() * 1000;
+}
+
 hoop_result_t hoop__comm_create(struct hoop_comm **out, int nranks, int rank,
                                 const hoop_unique_id_t *id,
                                 const hoop_config_t *config) {
@@ -427,6 +442,7 @@ hoop_result_t hoop__comm_create(struct hoop_comm **out, int nranks, int rank,
     goto out_free;
   }
   HOOP_CHECK_GOTO(hoop__bootstrap(comm, &uid, ifname), res, out_free);
+  comm->spin_ns = spin_budget_ns(comm);
   /* Connect the ring now, so a bad network fails here and not mid-job. */
   if (nranks > 1) {
     for (int ch = 0; ch < comm->nsocks; ch++) {

@@ -50,6 +50,8 @@ struct hoop_comm {
   int nsocks;
   size_t slice_bytes;
   size_t sockbuf_bytes;
+  size_t pipeline_bytes; /* outbox budget per channel */
+  long long spin_ns;     /* busy-poll this long before sleeping */
 
   uint64_t seq; /* collectives started, the same on every rank */
   hoop_result_t broken; /* HOOP_SUCCESS, or the error that broke it */

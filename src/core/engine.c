@@ -35,30 +35,46 @@ static size_t out_bytes(const struct hoop_chain *c, int step) {
   return step == 0 ? c->first_bytes : c->steps[step - 1].bytes;
 }
 
+/* The slice `step` carries at `tick`, or SIZE_MAX when it carries none. */
+static size_t round_at(const struct hoop_chain *c, size_t tick, int step) {
+  size_t lag = (size_t)step * c->depth;
+  return tick >= lag && tick - lag < c->rounds ? tick - lag : SIZE_MAX;
+}
+
+/* Bytes `step` moves at `tick` in the out- or in-stream. */
+static size_t window_at(const struct hoop_chain *c, size_t slice, int out,
+                        size_t tick, int step) {
+  size_t round = round_at(c, tick, step);
+  if (round == SIZE_MAX)
+    return 0;
+  return window(out ? out_bytes(c, step) : c->steps[step].bytes, round,
+                slice);
+}
+
 /* Moves a cursor past finished and empty windows; returns 1 at the end. */
 static int advance(const struct hoop_chain *c, size_t slice, int out,
-                   size_t *round, int *step, size_t *off) {
+                   size_t *tick, int *step, size_t *off) {
   for (;;) {
-    if (*round >= c->rounds)
+    if (*tick >= c->ticks)
       return 1;
-    size_t bytes = out ? out_bytes(c, *step) : c->steps[*step].bytes;
-    if (*off < window(bytes, *round, slice))
+    if (*off < window_at(c, slice, out, *tick, *step))
       return 0;
     *off = 0;
     if (++*step == c->nsteps) {
       *step = 0;
-      ++*round;
+      ++*tick;
     }
   }
 }
 
-/* How much of in-step `step` of `round` has been received and processed. */
+/* How much of in-step `step`'s slice `round` is received and processed. */
 static size_t processed(const struct hoop_chain *c, size_t slice,
                         size_t round, int step) {
-  if (c->in_done || c->in_round > round ||
-      (c->in_round == round && c->in_step > step))
+  size_t tick = round + (size_t)step * c->depth;
+  if (c->in_done || c->in_tick > tick ||
+      (c->in_tick == tick && c->in_step > step))
     return window(c->steps[step].bytes, round, slice);
-  if (c->in_round == round && c->in_step == step)
+  if (c->in_tick == tick && c->in_step == step)
     return c->in_off;
   return 0;
 }
@@ -86,10 +102,11 @@ static int gather_out(const struct hoop_chain_job *job,
     iov[n].iov_len = HEADER_BYTES - c->hdr_sent;
     *total += iov[n++].iov_len;
   }
-  size_t slice = job->slice_bytes, round = c->out_round, off = c->out_off;
+  size_t slice = job->slice_bytes, tick = c->out_tick, off = c->out_off;
   int step = c->out_step;
   size_t outbox_taken = 0;
-  while (n < MAX_IOV && !advance(c, slice, 1, &round, &step, &off)) {
+  while (!advance(c, slice, 1, &tick, &step, &off)) {
+    size_t round = round_at(c, tick, step);
     size_t win = window(out_bytes(c, step), round, slice);
     const char *ptr;
     size_t avail;
@@ -108,10 +125,18 @@ static int gather_out(const struct hoop_chain_job *job,
     }
     if (avail == 0)
       break;
-    iov[n].iov_base = (void *)ptr;
-    iov[n].iov_len = avail;
+    /* A window that continues the previous one in memory joins its iov. */
+    struct iovec *last = n > 0 ? &iov[n - 1] : NULL;
+    if (last != NULL && (char *)last->iov_base + last->iov_len == ptr) {
+      last->iov_len += avail;
+    } else {
+      if (n == MAX_IOV)
+        break;
+      iov[n].iov_base = (void *)ptr;
+      iov[n].iov_len = avail;
+      n++;
+    }
     *total += avail;
-    n++;
     off += avail;
     if (off < win)
       break;
@@ -140,8 +165,8 @@ static hoop_result_t send_progress(struct hoop_chain_job *job,
   sent -= hdr;
   size_t slice = job->slice_bytes;
   while (sent > 0) {
-    advance(c, slice, 1, &c->out_round, &c->out_step, &c->out_off);
-    size_t win = window(out_bytes(c, c->out_step), c->out_round, slice);
+    advance(c, slice, 1, &c->out_tick, &c->out_step, &c->out_off);
+    size_t win = window_at(c, slice, 1, c->out_tick, c->out_step);
     size_t take = min_size(sent, win - c->out_off);
     if (c->out_step > 0 &&
         c->steps[c->out_step - 1].action == HOOP_IN_REDUCE_FORWARD)
@@ -150,7 +175,7 @@ static hoop_result_t send_progress(struct hoop_chain_job *job,
     sent -= take;
   }
   c->out_done = c->hdr_sent == HEADER_BYTES &&
-                advance(c, slice, 1, &c->out_round, &c->out_step,
+                advance(c, slice, 1, &c->out_tick, &c->out_step,
                         &c->out_off);
   return HOOP_SUCCESS;
 }
@@ -158,12 +183,12 @@ static hoop_result_t send_progress(struct hoop_chain_job *job,
 void hoop__describe_call(const struct hoop_wire_header *h, char *buf,
                          size_t len) {
   snprintf(buf, len, "%s #%llu (count %llu, %s, %s, root %d, slice %u, "
-                     "%u channel(s))",
+                     "%u channel(s), depth %u)",
            hoop__coll_name((enum hoop_coll)h->coll),
            (unsigned long long)h->seq, (unsigned long long)h->count,
            hoop_dtype_name((hoop_dtype_t)h->dtype),
            hoop_op_name((hoop_op_t)h->op), h->root, h->slice_bytes,
-           h->nchannels);
+           h->nchannels, h->depth);
 }
 
 static hoop_result_t check_header(const struct hoop_chain_job *job,
@@ -181,7 +206,7 @@ static hoop_result_t check_header(const struct hoop_chain_job *job,
       got.op == mine->op && got.seq == mine->seq &&
       got.count == mine->count && got.root == mine->root &&
       got.slice_bytes == mine->slice_bytes &&
-      got.nchannels == mine->nchannels)
+      got.nchannels == mine->nchannels && got.depth == mine->depth)
     return HOOP_SUCCESS;
   char a[200], b[200];
   hoop__describe_call(mine, a, sizeof a);
@@ -212,6 +237,36 @@ static hoop_result_t receive_header(struct hoop_chain_job *job,
   return HOOP_SUCCESS;
 }
 
+/*
+ * Bytes from the in-cursor to the end of the run of windows that follow
+ * it in the stream and continue it in memory (the same step's next
+ * slice), so that one system call or one reduction covers them all.
+ */
+static size_t in_run(const struct hoop_chain *c, size_t slice) {
+  size_t tick = c->in_tick, round = round_at(c, tick, c->in_step);
+  int step = c->in_step;
+  size_t off = window(c->steps[step].bytes, round, slice);
+  size_t bytes = off - c->in_off;
+  while (!advance(c, slice, 0, &tick, &step, &off) && step == c->in_step &&
+         round_at(c, tick, step) == round + 1) {
+    round++;
+    off = window(c->steps[step].bytes, round, slice);
+    bytes += off;
+  }
+  return bytes;
+}
+
+/* Moves the in-cursor `len` bytes on, across windows. */
+static void in_skip(struct hoop_chain *c, size_t slice, size_t len) {
+  while (len > 0) {
+    size_t win = window_at(c, slice, 0, c->in_tick, c->in_step);
+    size_t take = min_size(len, win - c->in_off);
+    c->in_off += take;
+    len -= take;
+    advance(c, slice, 0, &c->in_tick, &c->in_step, &c->in_off);
+  }
+}
+
 /* Receives and processes what the in-stream has; returns when it stalls. */
 static hoop_result_t recv_progress(struct hoop_chain_job *job,
                                    struct hoop_chain *c, int *progress) {
@@ -223,11 +278,12 @@ static hoop_result_t recv_progress(struct hoop_chain_job *job,
     if (c->hdr_received < HEADER_BYTES)
       return HOOP_SUCCESS;
   }
-  while (!(c->in_done = advance(c, slice, 0, &c->in_round, &c->in_step,
+  while (!(c->in_done = advance(c, slice, 0, &c->in_tick, &c->in_step,
                                 &c->in_off))) {
     const struct hoop_chain_step *s = &c->steps[c->in_step];
-    size_t pos = c->in_round * slice + c->in_off;
-    size_t left = window(s->bytes, c->in_round, slice) - c->in_off;
+    size_t round = round_at(c, c->in_tick, c->in_step);
+    size_t pos = round * slice + c->in_off;
+    size_t left = in_run(c, slice);
     size_t moved;
     if (s->action == HOOP_IN_COPY) {
       HOOP_CHECK(conn->ops->recv(conn, s->dst + pos, left, &moved));
@@ -236,13 +292,15 @@ static hoop_result_t recv_progress(struct hoop_chain_job *job,
       size_t avail;
       HOOP_CHECK(conn->ops->peek(conn, left, &in, &avail));
       moved = min_size(avail, left) / esz * esz;
-      char *out = s->dst + pos;
+      char *out;
       if (s->action == HOOP_IN_REDUCE_FORWARD) {
         /* A full outbox waits for the out-stream, not for the socket. */
         size_t room = hoop__bytering_writable(&c->outbox, &out) / esz * esz;
         if (room == 0)
           return HOOP_SUCCESS;
         moved = min_size(moved, room);
+      } else {
+        out = s->dst + pos;
       }
       if (moved > 0) {
         hoop__reduce(out, in, s->local + pos, moved / esz, job->dtype,
@@ -259,7 +317,7 @@ static hoop_result_t recv_progress(struct hoop_chain_job *job,
       c->want_pollin = 1;
       return HOOP_SUCCESS;
     }
-    c->in_off += moved;
+    in_skip(c, slice, moved);
     c->bytes_in += moved;
     *progress = 1;
   }
@@ -354,6 +412,9 @@ static void prepare(struct hoop_chain_job *job) {
         c->total_out += c->steps[k].bytes;
     }
     c->rounds = (longest + slice - 1) / slice;
+    if (c->depth > c->rounds)
+      c->depth = c->rounds;
+    c->ticks = c->rounds + (size_t)(c->nsteps - 1) * c->depth;
   }
 }
 
@@ -361,6 +422,7 @@ hoop_result_t hoop__engine_run(struct hoop_chain_job *job) {
   struct hoop_comm *comm = job->comm;
   prepare(job);
   long long deadline = hoop__now_ms() + comm->timeout_ms;
+  long long idle_since_ns = hoop__now_ns();
   for (;;) {
     if (__atomic_load_n(&comm->aborted, __ATOMIC_ACQUIRE))
       return HOOP_ERROR(comm, HOOP_ERR_ABORTED,
@@ -381,11 +443,19 @@ hoop_result_t hoop__engine_run(struct hoop_chain_job *job) {
     }
     if (done)
       return HOOP_SUCCESS;
+    long long now_ns = hoop__now_ns();
     if (progress) {
-      deadline = hoop__now_ms() + comm->timeout_ms;
+      idle_since_ns = now_ns;
+      deadline = now_ns / 1000000 + comm->timeout_ms;
       continue;
     }
-    if (hoop__now_ms() >= deadline)
+    /*
+     * A peer's next bytes usually come within microseconds; trying again
+     * for a moment is cheaper than sleeping in poll() and being woken.
+     */
+    if (now_ns - idle_since_ns < comm->spin_ns)
+      continue;
+    if (now_ns / 1000000 >= deadline)
       return stalled_error(job);
     int polled;
     HOOP_CHECK(wait_for_io(job, deadline, &polled));

@@ -6,10 +6,13 @@
  * received (reduced or copied), slice by slice.  The engine knows nothing
  * of which algorithm made the chain.
  *
- * Both streams are walked slice-major: round j carries slice j of every
- * step.  With chunk-major order a chunk of more slices than the buffers
- * hold would deadlock the ring; slice-major keeps at most about one slice
- * per step in flight.
+ * Both streams are walked in ticks: at tick t, step k carries slice
+ * t - k * depth.  With depth 1 this is slice-major order, which keeps one
+ * slice per step in flight; a chunk-major order (all of step 0, then all
+ * of step 1) would deadlock once a forwarded chunk outgrows the outbox.
+ * A larger depth lets every step run `depth` slices ahead of the step it
+ * feeds, so one late slice from a neighbour does not stall the sender;
+ * forwarded slices then wait up to `depth` ticks in the outbox.
  */
 #ifndef HOOP_ENGINE_H
 #define HOOP_ENGINE_H
@@ -47,8 +50,9 @@ struct hoop_wire_header {
   uint32_t slice_bytes;
   int32_t root;
   int32_t sender;
+  uint32_t depth;
   uint16_t nchannels;
-  uint8_t reserved[26];
+  uint8_t reserved[22];
 };
 _Static_assert(sizeof(struct hoop_wire_header) == 64,
                "the wire header keeps data 64-byte aligned in staging");
@@ -83,12 +87,13 @@ struct hoop_chain {
   size_t first_bytes;
   int nsteps;
   struct hoop_chain_step *steps; /* [nsteps] */
+  size_t depth; /* slices each step runs ahead of the next */
 
   /* Engine state; zero-initialise. */
-  size_t rounds;
-  size_t out_round, out_off, hdr_sent;
+  size_t rounds, ticks;
+  size_t out_tick, out_off, hdr_sent;
   int out_step;
-  size_t in_round, in_off, hdr_received;
+  size_t in_tick, in_off, hdr_received;
   int in_step;
   int out_done, in_done;
   int want_pollin, want_pollout;
@@ -109,8 +114,9 @@ struct hoop_chain_job {
 
 /*
  * Runs every chain of the job to completion.  Each chain needs an outbox
- * (chains[i].outbox.buf and .cap, a multiple of 64 of at least 2 slices)
- * when any of its steps is REDUCE_FORWARD.  Fails, naming the peer, when a
+ * (chains[i].outbox.buf and .cap, a multiple of 64) when any of its steps
+ * is REDUCE_FORWARD, big enough for depth + 1 ticks of forwarded slices:
+ * (depth + 1) * slice_bytes per forwarding step.  Fails, naming the peer, when a
  * peer fails, disagrees on the header, or makes no progress for the
  * communicator's timeout.
  */
