@@ -144,8 +144,9 @@ def commands(a, bins, ranks):
              "-n", str(a.iters), "-w", str(a.warmup), "-c", "1"]
     n = str(ranks)
     return {
-        "hoop": [str(bins["hoop-run"]), "-n", n, str(bins["hoop-bench"])]
-        + sweep,
+        # Only rank 0 prints rows; unprefixed they parse like the peers'.
+        "hoop": [str(bins["hoop-run"]), "--no-prefix", "-n", n,
+                 str(bins["hoop-bench"])] + sweep,
         "mpi": [str(bins["mpirun"]), "--oversubscribe", "--allow-run-as-root",
                 "--bind-to", "none", "-np", n, "--mca", "pml", "ob1",
                 "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include",

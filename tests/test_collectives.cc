@@ -9,6 +9,7 @@
 #include <cinttypes>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "harness.h"
@@ -220,6 +221,46 @@ TEST(CollectivesNaN, PropagatesThroughSumMinMax) {
           }
         }
       });
+  EXPECT_TRUE(r.all_ok()) << describe(r);
+}
+
+TEST(CollectivesThreads, TwoCommunicatorsInTwoThreadsOfEachRank) {
+  hoop_unique_id_t ids[2];
+  ASSERT_EQ(hoop_get_unique_id(&ids[0]), HOOP_SUCCESS);
+  ASSERT_EQ(hoop_get_unique_id(&ids[1]), HOOP_SUCCESS);
+  RunOptions opt;
+  opt.init = false;
+  RunResult r = run_ranks(
+      3,
+      [&ids](RankLog &log, hoop_comm_t, int rank, int nranks) {
+        auto work = [&](int which, int *failures) {
+          hoop_comm_t comm;
+          if (hoop_comm_init_rank(&comm, nranks, &ids[which], rank,
+                                  nullptr) != HOOP_SUCCESS) {
+            ++*failures;
+            return;
+          }
+          for (int i = 0; i < 50; i++) {
+            std::vector<int64_t> v(1000 + which, rank + i + which);
+            if (hoop_allreduce(comm, v.data(), v.data(), v.size(), HOOP_I64,
+                               HOOP_SUM, nullptr) != HOOP_SUCCESS)
+              ++*failures;
+            int64_t want = 0;
+            for (int q = 0; q < nranks; q++)
+              want += q + i + which;
+            for (int64_t x : v)
+              *failures += x != want;
+          }
+          hoop_comm_destroy(comm);
+        };
+        int failures[2] = {0, 0};
+        std::thread t0(work, 0, &failures[0]), t1(work, 1, &failures[1]);
+        t0.join();
+        t1.join();
+        RANK_EXPECT(log, failures[0] == 0 && failures[1] == 0,
+                    "%d and %d failures", failures[0], failures[1]);
+      },
+      opt);
   EXPECT_TRUE(r.all_ok()) << describe(r);
 }
 

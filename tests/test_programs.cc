@@ -81,6 +81,16 @@ TEST(Programs, HoopBenchUnderHoopRunChecksAndPrintsRows) {
   expect_good_rows(out, 3); // 1K, 32K, 1M
 }
 
+TEST(Programs, ReadmeExampleRunsOnFourRanks) {
+  Output out = run(std::string(HOOP_RUN_PATH) + " -n 4 " + HOOP_EXAMPLE_PATH);
+  ASSERT_EQ(out.status, 0) << out.text;
+  for (int r = 0; r < 4; r++) {
+    std::string line = "[" + std::to_string(r) + "] rank " +
+                       std::to_string(r) + " of 4: grad[0] = 10 (correct)";
+    EXPECT_NE(out.text.find(line), std::string::npos) << out.text;
+  }
+}
+
 TEST(Programs, HoopBenchRunsUnchangedUnderMpirun) {
   if (system("command -v mpirun >/dev/null 2>&1") != 0)
     GTEST_SKIP() << "mpirun (openmpi-bin) is not installed";

@@ -207,18 +207,14 @@ static hoop_result_t root_gather(struct hoop_comm *comm, int lfd,
   struct reply rep = {HOOP_SUCCESS, ""};
   for (int joined = 1; joined < n;) {
     int fd;
-    res = hoop__sock_accept(comm, lfd, deadline, "the other ranks", &fd,
-                            NULL);
-    if (res == HOOP_ERR_TIMEOUT) {
-      char missing[128];
-      list_missing(fds, n, missing, sizeof missing);
-      res = HOOP_ERROR(comm, HOOP_ERR_TIMEOUT,
-                       "rendezvous: rank(s) %s of %d never joined within "
-                       "%d ms",
-                       missing, n, comm->timeout_ms);
-    }
-    if (res != HOOP_SUCCESS)
-      goto fail;
+    char missing[128], waiting[200];
+    list_missing(fds, n, missing, sizeof missing);
+    snprintf(waiting, sizeof waiting,
+             "rank(s) %s of %d at the rendezvous (waited %d ms)", missing, n,
+             comm->timeout_ms);
+    HOOP_CHECK_GOTO(hoop__sock_accept(comm, lfd, deadline, waiting, &fd,
+                                      NULL),
+                    res, fail);
     struct hello h;
     if (hoop__sock_recv_all(comm, fd, &h, sizeof h, deadline,
                             "a joining rank") != HOOP_SUCCESS) {

@@ -43,6 +43,11 @@ static int env_int(const char *name, int *value) {
   return 1;
 }
 
+static const char *env_text(const char *name) {
+  const char *text = getenv(name);
+  return text != NULL ? text : "";
+}
+
 static hoop_result_t read_rank_size(struct launch_env *le) {
   static const struct {
     const char *source, *rank, *size;
@@ -61,8 +66,8 @@ static hoop_result_t read_rank_size(struct launch_env *le) {
       return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
                         "hoop_comm_init_env: %s=\"%s\" and %s=\"%s\" are "
                         "not a valid rank and size",
-                        sources[i].rank, getenv(sources[i].rank) ?: "",
-                        sources[i].size, getenv(sources[i].size) ?: "");
+                        sources[i].rank, env_text(sources[i].rank),
+                        sources[i].size, env_text(sources[i].size));
     le->source = sources[i].source;
     return HOOP_SUCCESS;
   }

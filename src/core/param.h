@@ -14,7 +14,7 @@
   X(slice_bytes, "HOOP_SLICE_BYTES", 256 * 1024)                             \
   X(sockbuf_bytes, "HOOP_SOCKBUF_BYTES", 4 * 1024 * 1024)                   \
   X(pipeline_bytes, "HOOP_PIPELINE_BYTES", 4 * 1024 * 1024)                 \
-  X(spin_us, "HOOP_SPIN_US", 50)
+  X(spin_us, "HOOP_SPIN_US", 200)
 
 #define HOOP_PARAM_DECLARE_(name, env, def) int64_t hoop__param_##name(void);
 HOOP_PARAMS(HOOP_PARAM_DECLARE_)

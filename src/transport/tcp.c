@@ -18,8 +18,6 @@
 #include "core/error.h"
 #include "transport/transport.h"
 
-#define TCP_MIN_STAGING (4u << 20)
-
 struct tcp_conn {
   struct hoop_conn base;
   int fd;
@@ -172,13 +170,11 @@ static hoop_result_t tcp_connect(struct hoop_comm *comm, int peer,
   c->base.channel = channel;
   hoop__peer_desc(comm, peer, c->base.peer_desc, sizeof c->base.peer_desc);
   /*
-   * At least two slices, so one can arrive while the last is reduced, and
-   * a few MiB so that each recv() moves enough to amortise the syscall.
+   * Two slices: one can arrive while the other is reduced, and the ring
+   * stays small enough to be read back from cache (4 MiB cost ~7% more
+   * CPU than 512 KiB for 64 MiB all-reduces on 2 ranks).
    */
-  size_t cap = 2 * comm->slice_bytes;
-  if (cap < TCP_MIN_STAGING)
-    cap = TCP_MIN_STAGING;
-  c->staging.cap = (cap + 63) & ~(size_t)63;
+  c->staging.cap = (2 * comm->slice_bytes + 63) & ~(size_t)63;
   c->staging.buf = aligned_alloc(64, c->staging.cap);
   if (c->staging.buf == NULL) {
     res = HOOP_ERROR(comm, HOOP_ERR_NO_MEMORY,
