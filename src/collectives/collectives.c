@@ -31,8 +31,8 @@ static const char *api_name(enum hoop_coll coll) {
   case HOOP_COLL_ALLREDUCE: return "hoop_allreduce";
   case HOOP_COLL_REDUCE_SCATTER: return "hoop_reduce_scatter";
   case HOOP_COLL_ALLGATHER: return "hoop_allgather";
+  default: return "hoop collective";
   }
-  return "hoop collective";
 }
 
 static int overlap(const void *a, size_t alen, const void *b, size_t blen) {
@@ -130,24 +130,10 @@ static size_t pipeline_depth(const struct hoop_comm *comm, int forwards) {
   return ticks > 2 ? ticks - 1 : 1;
 }
 
-static hoop_result_t run_ring(struct hoop_comm *comm, const struct call *c,
-                              size_t header_count) {
-  hoop_result_t res;
-  int n = comm->nranks;
-  int nch = channels_for(comm, c->bytes);
-  int nsteps = hoop__ring_nsteps(c->coll, n);
-  int forwards = c->coll == HOOP_COLL_ALLGATHER ? 0 : n - 2;
-  size_t depth = pipeline_depth(comm, forwards);
-  size_t outbox_cap = (depth + 1) * (size_t)forwards * comm->slice_bytes;
-  struct hoop_chain_job job = {
-      .comm = comm,
-      .dtype = c->dtype,
-      .op = c->op,
-      .elem_size = c->elem_size,
-      .slice_bytes = comm->slice_bytes / c->elem_size * c->elem_size,
-      .nchains = nch,
-  };
-  job.header = (struct hoop_wire_header){
+static void stamp_header(struct hoop_plan *plan, const struct call *c,
+                         size_t header_count, int nch, size_t depth) {
+  struct hoop_comm *comm = plan->comm;
+  plan->header = (struct hoop_wire_header){
       .magic = HOOP_WIRE_MAGIC,
       .version = HOOP_WIRE_VERSION,
       .coll = (uint8_t)c->coll,
@@ -158,51 +144,53 @@ static hoop_result_t run_ring(struct hoop_comm *comm, const struct call *c,
       .slice_bytes = (uint32_t)comm->slice_bytes,
       .root = -1,
       .sender = comm->rank,
+      .depth = (uint32_t)(depth < UINT32_MAX ? depth : UINT32_MAX),
       .nchannels = (uint16_t)nch,
-      .depth = (uint32_t)depth,
+      .algo = 1,
   };
-  job.chains = calloc((size_t)nch, sizeof *job.chains);
-  struct hoop_chain_step *steps =
-      calloc((size_t)nch * (size_t)nsteps, sizeof *steps);
-  char *outboxes = NULL;
-  if (job.chains == NULL || steps == NULL) {
-    res = HOOP_ERROR(comm, HOOP_ERR_NO_MEMORY, "%s: schedule",
-                     api_name(c->coll));
-    goto out;
-  }
-  if (forwards > 0)
-    HOOP_CHECK_GOTO(hoop__comm_scratch(comm, outbox_cap * (size_t)nch,
-                                       (void **)&outboxes),
+}
+
+static hoop_result_t run_ring(struct hoop_comm *comm, const struct call *c,
+                              size_t header_count) {
+  hoop_result_t res;
+  int n = comm->nranks;
+  int nch = channels_for(comm, c->bytes);
+  int forwards = c->coll == HOOP_COLL_ALLGATHER ? 0 : n - 2;
+  size_t depth = pipeline_depth(comm, forwards);
+  size_t slots = hoop__ring_outbox_slots(c->coll, n, depth);
+  struct hoop_plan plan;
+  hoop__plan_init(&plan, comm, c->dtype, c->op);
+  stamp_header(&plan, c, header_count, nch, depth);
+  char *outbox = NULL;
+  if (slots > 0)
+    HOOP_CHECK_GOTO(hoop__comm_scratch(comm,
+                                       slots * comm->slice_bytes *
+                                           (size_t)nch,
+                                       (void **)&outbox),
                     res, out);
-  struct hoop_ring_call rc = {c->coll, comm->rank, n, nch, c->count,
-                              c->elem_size, c->send, c->recv};
-  for (int ch = 0; ch < nch; ch++) {
-    struct hoop_chain *chain = &job.chains[ch];
-    hoop__ring_chain(&rc, ch, chain, steps + (size_t)ch * (size_t)nsteps);
-    HOOP_CHECK_GOTO(hoop__comm_conn(comm, (comm->rank + 1) % n, ch,
-                                    &chain->send_conn),
-                    res, out);
-    HOOP_CHECK_GOTO(hoop__comm_conn(comm, (comm->rank + n - 1) % n, ch,
-                                    &chain->recv_conn),
-                    res, out);
-    chain->depth = depth;
-    if (forwards > 0) {
-      chain->outbox.buf = outboxes + (size_t)ch * outbox_cap;
-      chain->outbox.cap = outbox_cap;
-    }
-  }
-  res = hoop__engine_run(&job);
+  struct hoop_ring_call rc = {
+      .coll = c->coll,
+      .nchannels = nch,
+      .count = c->count,
+      .send = c->send,
+      .recv = c->recv,
+      .slice_bytes = comm->slice_bytes / c->elem_size * c->elem_size,
+      .depth = depth,
+      .outbox = outbox,
+      .outbox_slots = slots,
+  };
+  HOOP_CHECK_GOTO(hoop__ring_build(&plan, &rc), res, out);
+  res = hoop__engine_run(&plan);
 out:
-  free(steps);
-  free(job.chains);
   if (res != HOOP_SUCCESS && res != HOOP_ERR_NO_MEMORY) {
-    char call_desc[200], cause[HOOP_ERROR_MAX];
-    hoop__describe_call(&job.header, call_desc, sizeof call_desc);
+    char call_desc[240], cause[HOOP_ERROR_MAX];
+    hoop__describe_call(&plan.header, call_desc, sizeof call_desc);
     memcpy(cause, comm->last_error, sizeof cause);
     HOOP_ERROR(comm, res, "rank %d: %s failed: %s", comm->rank, call_desc,
                cause);
     hoop__comm_break(comm, res);
   }
+  hoop__plan_free(&plan);
   return res;
 }
 

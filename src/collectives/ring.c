@@ -1,7 +1,11 @@
-/* The ring schedule as data; see ring.h. */
+/* The ring schedule as a plan; see ring.h. */
 #include "collectives/ring.h"
 
+#include <stdlib.h>
 #include <string.h>
+
+#include "core/comm.h"
+#include "core/error.h"
 
 static int mod(int a, int n) { return ((a % n) + n) % n; }
 
@@ -27,36 +31,110 @@ int hoop__ring_out_chunk(enum hoop_coll coll, int rank, int n, int step) {
     return mod(rank - step - 1, n);
   case HOOP_COLL_ALLGATHER:
     return mod(rank - step, n);
-  case HOOP_COLL_ALLREDUCE:
+  default:
     return step < n - 1 ? mod(rank - step - 1, n)
                         : mod(rank - (step - (n - 1)), n);
   }
-  return 0;
 }
 
-enum hoop_in_action hoop__ring_in_action(enum hoop_coll coll, int n,
-                                         int step) {
+enum hoop_ring_action hoop__ring_action(enum hoop_coll coll, int n,
+                                        int step) {
   if (coll == HOOP_COLL_ALLGATHER || step >= n - 1)
-    return HOOP_IN_COPY;
-  return step < n - 2 ? HOOP_IN_REDUCE_FORWARD : HOOP_IN_REDUCE_FINAL;
+    return HOOP_RING_COPY;
+  return step < n - 2 ? HOOP_RING_FORWARD : HOOP_RING_FINAL;
+}
+
+size_t hoop__ring_outbox_slots(enum hoop_coll coll, int n, size_t depth) {
+  int forwards = coll == HOOP_COLL_ALLGATHER ? 0 : n - 2;
+  return forwards > 0 ? (depth + 1) * (size_t)forwards : 0;
 }
 
 /* Elements [*off, *off + *len) of chunk i that channel `ch` carries. */
-static void channel_part(const struct hoop_ring_call *call, int i, int ch,
-                         size_t *off, size_t *len) {
+static void channel_part(const struct hoop_ring_call *call, int n, int i,
+                         int ch, size_t *off, size_t *len) {
   size_t coff, clen;
-  hoop__ring_chunk(call->count, call->nranks, i, &coff, &clen);
+  hoop__ring_chunk(call->count, n, i, &coff, &clen);
   size_t nch = (size_t)call->nchannels;
   size_t lo = clen * (size_t)ch / nch, hi = clen * (size_t)(ch + 1) / nch;
   *off = coff + lo;
   *len = hi - lo;
 }
 
-void hoop__ring_chain(const struct hoop_ring_call *call, int channel,
-                      struct hoop_chain *chain,
-                      struct hoop_chain_step *steps) {
-  int n = call->nranks, r = call->rank;
-  size_t esz = call->elem_size;
+/* One step's chunk as this channel sees it, in bytes and pointers. */
+struct ring_step {
+  enum hoop_ring_action action;
+  size_t bytes;
+  const char *local; /* operand of reductions; the source of step 0 */
+  char *dst;         /* FINAL and COPY results */
+};
+
+static size_t window(size_t bytes, size_t round, size_t slice) {
+  size_t start = round * slice;
+  return bytes > start ? (bytes - start < slice ? bytes - start : slice) : 0;
+}
+
+struct ring_channel {
+  int send_link, recv_link;
+  struct ring_step *steps; /* [nsteps + 1]: out-step k sends steps[k] */
+  int nsteps;
+  char *outbox;
+  size_t slots, next_slot;
+  int32_t *slot_reader; /* send op that last read each slot */
+};
+
+/*
+ * In-step k of slice `round` (receiving out-step k + 1's chunk) and, unless
+ * it is the last step, out-step k + 1 sending what it produced.
+ */
+static hoop_result_t add_slice(struct hoop_plan *plan,
+                               const struct hoop_ring_call *call,
+                               struct ring_channel *rc, int k, size_t round,
+                               uint64_t recv_key, uint64_t send_key) {
+  size_t slice = call->slice_bytes;
+  const struct ring_step *in = &rc->steps[k + 1];
+  size_t bytes = window(in->bytes, round, slice);
+  size_t at = round * slice;
+  if (bytes == 0)
+    return HOOP_SUCCESS;
+  struct hoop_plan_op recv = {.bytes = (uint32_t)bytes, .feed = HOOP_NO_OP,
+                         .after = HOOP_NO_OP, .key = recv_key};
+  size_t slot = 0;
+  if (in->action == HOOP_RING_COPY) {
+    recv.kind = HOOP_OP_RECV_COPY;
+    recv.dst = in->dst + at;
+  } else {
+    recv.kind = HOOP_OP_RECV_REDUCE;
+    recv.src = in->local + at;
+    recv.finish_avg = in->action == HOOP_RING_FINAL && plan->op == HOOP_AVG;
+    if (in->action == HOOP_RING_FINAL) {
+      recv.dst = in->dst + at;
+    } else {
+      /* Outbox slots are reused in turn, once their last send is done. */
+      slot = rc->next_slot++ % rc->slots;
+      recv.dst = rc->outbox + slot * slice;
+      recv.after = rc->slot_reader[slot];
+    }
+  }
+  int32_t recv_id;
+  HOOP_CHECK(hoop__plan_op(plan, rc->recv_link, &recv, &recv_id));
+  if (k + 1 == rc->nsteps)
+    return HOOP_SUCCESS; /* the last step's result stays here */
+  struct hoop_plan_op send = {.kind = HOOP_OP_SEND, .bytes = (uint32_t)bytes,
+                         .src = recv.dst, .feed = recv_id,
+                         .after = HOOP_NO_OP, .key = send_key};
+  int32_t send_id;
+  HOOP_CHECK(hoop__plan_op(plan, rc->send_link, &send, &send_id));
+  if (in->action == HOOP_RING_FORWARD)
+    rc->slot_reader[slot] = send_id;
+  return HOOP_SUCCESS;
+}
+
+/* Where each step's chunk of this channel lies; returns the longest. */
+static size_t describe_steps(const struct hoop_plan *plan,
+                             const struct hoop_ring_call *call, int ch,
+                             struct ring_channel *rc) {
+  int n = plan->comm->nranks, r = plan->comm->rank;
+  size_t esz = plan->elem_size;
   /*
    * Reduce-scatter's output and all-gather's input hold one block, not the
    * whole buffer: their element offsets are relative to block r.
@@ -65,25 +143,84 @@ void hoop__ring_chain(const struct hoop_ring_call *call, int channel,
   hoop__ring_chunk(call->count, n, r, &own_off, &own_len);
   size_t send_bias = call->coll == HOOP_COLL_ALLGATHER ? own_off : 0;
   size_t recv_bias = call->coll == HOOP_COLL_REDUCE_SCATTER ? own_off : 0;
-
-  memset(chain, 0, sizeof *chain);
-  chain->nsteps = hoop__ring_nsteps(call->coll, n);
-  chain->steps = steps;
-  size_t off, len;
-  channel_part(call, hoop__ring_out_chunk(call->coll, r, n, 0), channel,
-               &off, &len);
-  chain->first = call->send + (off - send_bias) * esz;
-  chain->first_bytes = len * esz;
-  for (int k = 0; k < chain->nsteps; k++) {
-    int chunk = hoop__ring_out_chunk(call->coll, r, n, k + 1);
-    channel_part(call, chunk, channel, &off, &len);
-    steps[k].action = hoop__ring_in_action(call->coll, n, k);
-    steps[k].bytes = len * esz;
-    steps[k].local = steps[k].action == HOOP_IN_COPY
-                         ? NULL
-                         : call->send + off * esz;
-    steps[k].dst = steps[k].action == HOOP_IN_REDUCE_FORWARD
-                       ? NULL
-                       : call->recv + (off - recv_bias) * esz;
+  size_t longest = 0;
+  for (int k = 0; k <= rc->nsteps; k++) {
+    size_t off, len;
+    channel_part(call, n, hoop__ring_out_chunk(call->coll, r, n, k), ch,
+                 &off, &len);
+    struct ring_step *s = &rc->steps[k];
+    s->action = k == 0 ? HOOP_RING_COPY
+                       : hoop__ring_action(call->coll, n, k - 1);
+    s->bytes = len * esz;
+    s->local = call->send + (off - (k == 0 ? send_bias : 0)) * esz;
+    s->dst = call->recv + (off - recv_bias) * esz;
+    longest = s->bytes > longest ? s->bytes : longest;
   }
+  return longest;
+}
+
+static hoop_result_t build_channel(struct hoop_plan *plan,
+                                   const struct hoop_ring_call *call,
+                                   int ch, struct ring_channel *rc) {
+  size_t slice = call->slice_bytes;
+  size_t longest = describe_steps(plan, call, ch, rc);
+  size_t rounds = (longest + slice - 1) / slice;
+  size_t depth = call->depth < rounds ? call->depth : rounds;
+  size_t ticks = rounds + (size_t)(rc->nsteps - 1) * depth;
+  /*
+   * At tick t, step k carries slice t - k * depth (see engine.h).  In-step
+   * k is the left neighbour's out-step k, so both use the key (tick, k).
+   */
+  for (size_t t = 0; t < ticks; t++) {
+    for (int k = 0; k < rc->nsteps; k++) {
+      size_t lag = (size_t)k * depth;
+      if (t < lag || t - lag >= rounds)
+        continue;
+      size_t round = t - lag;
+      uint64_t key = hoop__key(t, (uint32_t)k);
+      size_t first = window(rc->steps[0].bytes, round, slice);
+      if (k == 0 && first > 0) {
+        struct hoop_plan_op send = {.kind = HOOP_OP_SEND,
+                               .bytes = (uint32_t)first,
+                               .src = rc->steps[0].local + round * slice,
+                               .feed = HOOP_NO_OP, .after = HOOP_NO_OP,
+                               .key = key};
+        HOOP_CHECK(hoop__plan_op(plan, rc->send_link, &send, NULL));
+      }
+      HOOP_CHECK(add_slice(plan, call, rc, k, round, key,
+                           hoop__key(t + depth, (uint32_t)(k + 1))));
+    }
+  }
+  return HOOP_SUCCESS;
+}
+
+hoop_result_t hoop__ring_build(struct hoop_plan *plan,
+                               const struct hoop_ring_call *call) {
+  struct hoop_comm *comm = plan->comm;
+  int n = comm->nranks, r = comm->rank;
+  struct ring_channel rc = {.nsteps = hoop__ring_nsteps(call->coll, n)};
+  hoop_result_t res = HOOP_SUCCESS;
+  rc.slots = call->outbox_slots;
+  rc.steps = calloc((size_t)rc.nsteps + 1, sizeof *rc.steps);
+  rc.slot_reader = calloc(rc.slots + 1, sizeof *rc.slot_reader);
+  if (rc.steps == NULL || rc.slot_reader == NULL) {
+    res = HOOP_ERROR(comm, HOOP_ERR_NO_MEMORY, "ring schedule");
+    goto out;
+  }
+  for (int ch = 0; ch < call->nchannels; ch++) {
+    HOOP_CHECK_GOTO(hoop__plan_link(plan, (r + 1) % n, ch, 1, &rc.send_link),
+                    res, out);
+    HOOP_CHECK_GOTO(
+        hoop__plan_link(plan, (r + n - 1) % n, ch, 0, &rc.recv_link), res,
+        out);
+    rc.outbox = call->outbox + (size_t)ch * rc.slots * call->slice_bytes;
+    rc.next_slot = 0;
+    for (size_t i = 0; i < rc.slots; i++)
+      rc.slot_reader[i] = HOOP_NO_OP;
+    HOOP_CHECK_GOTO(build_channel(plan, call, ch, &rc), res, out);
+  }
+out:
+  free(rc.steps);
+  free(rc.slot_reader);
+  return res;
 }

@@ -19,33 +19,42 @@
  */
 void hoop__ring_chunk(size_t count, int n, int i, size_t *off, size_t *len);
 
-/* Steps of one rank's chain: n-1 per phase. */
+/* Steps of one rank's part: n-1 per phase. */
 int hoop__ring_nsteps(enum hoop_coll coll, int n);
 
 /* The chunk `rank` sends at `step`; it receives out_chunk(step + 1). */
 int hoop__ring_out_chunk(enum hoop_coll coll, int rank, int n, int step);
 
-enum hoop_in_action hoop__ring_in_action(enum hoop_coll coll, int n,
-                                         int step);
+/* What a received step does with its bytes. */
+enum hoop_ring_action {
+  HOOP_RING_FORWARD, /* reduce with local data into the outbox, send on */
+  HOOP_RING_FINAL,   /* reduce with local data into the result          */
+  HOOP_RING_COPY,    /* copy into the result (and send on, if not last) */
+};
+
+enum hoop_ring_action hoop__ring_action(enum hoop_coll coll, int n,
+                                        int step);
 
 struct hoop_ring_call {
   enum hoop_coll coll;
-  int rank;
-  int nranks;
   int nchannels;
   size_t count; /* elements of the whole buffer (nranks * block for RS/AG) */
-  size_t elem_size;
   const char *send;
   char *recv;
+  size_t slice_bytes;
+  size_t depth;       /* ticks a step may run ahead of the step it feeds */
+  char *outbox;       /* nchannels * outbox_slots slices, for FORWARD */
+  size_t outbox_slots;
 };
 
 /*
- * Fills channel `channel`'s chain (everything but connections and outbox)
- * and its steps[hoop__ring_nsteps()].  Channel c carries the c-th of
- * nchannels equal parts of every chunk.
+ * Slices the ring's forwarding steps keep in the outbox per channel: one
+ * tick more than `depth`, for every forwarding step.
  */
-void hoop__ring_chain(const struct hoop_ring_call *call, int channel,
-                      struct hoop_chain *chain,
-                      struct hoop_chain_step *steps);
+size_t hoop__ring_outbox_slots(enum hoop_coll coll, int n, size_t depth);
+
+/* Adds this rank's ring ops for every channel to the plan. */
+hoop_result_t hoop__ring_build(struct hoop_plan *plan,
+                               const struct hoop_ring_call *call);
 
 #endif /* HOOP_RING_H */

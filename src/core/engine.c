@@ -1,9 +1,9 @@
-/* The progress engine for chain schedules; see engine.h. */
+/* The progress engine for plans; see engine.h. */
 #include "core/engine.h"
 
-#include <errno.h>
 #include <poll.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/comm.h"
@@ -12,337 +12,299 @@
 #include "transport/transport.h"
 
 #define HEADER_BYTES sizeof(struct hoop_wire_header)
-#define MAX_IOV 8
+#define MAX_IOV 16
+#define MAX_POLL 64
 
 const char *hoop__coll_name(enum hoop_coll coll) {
   switch (coll) {
   case HOOP_COLL_ALLREDUCE: return "allreduce";
   case HOOP_COLL_REDUCE_SCATTER: return "reduce_scatter";
   case HOOP_COLL_ALLGATHER: return "allgather";
+  case HOOP_COLL_BROADCAST: return "broadcast";
+  case HOOP_COLL_REDUCE: return "reduce";
+  case HOOP_COLL_BARRIER: return "barrier";
+  case HOOP_COLL_SENDRECV: return "send/recv";
   }
   return "unknown-collective";
 }
 
+static const char *algo_name(int algo) {
+  static const char *const names[] = {"auto", "ring", "tree", "ps", "p2p"};
+  return algo >= 0 && algo < 5 ? names[algo] : "?";
+}
+
+void hoop__describe_call(const struct hoop_wire_header *h, char *buf,
+                         size_t len) {
+  snprintf(buf, len, "%s #%llu (count %llu, %s, %s, root %d, %s, slice %u, "
+                     "%u channel(s), depth %u)",
+           hoop__coll_name((enum hoop_coll)h->coll),
+           (unsigned long long)h->seq, (unsigned long long)h->count,
+           hoop_dtype_name((hoop_dtype_t)h->dtype),
+           hoop_op_name((hoop_op_t)h->op), h->root, algo_name(h->algo),
+           h->slice_bytes, h->nchannels, h->depth);
+}
+
 static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 
-/* Bytes of slice `round` of a step that moves `bytes` in all. */
-static size_t window(size_t bytes, size_t round, size_t slice) {
-  size_t start = round * slice;
-  return bytes > start ? min_size(slice, bytes - start) : 0;
+static int complete(const struct hoop_plan *p, int32_t id) {
+  return id == HOOP_NO_OP || p->ops[id].done == p->ops[id].bytes;
 }
 
-static size_t out_bytes(const struct hoop_chain *c, int step) {
-  return step == 0 ? c->first_bytes : c->steps[step - 1].bytes;
-}
-
-/* The slice `step` carries at `tick`, or SIZE_MAX when it carries none. */
-static size_t round_at(const struct hoop_chain *c, size_t tick, int step) {
-  size_t lag = (size_t)step * c->depth;
-  return tick >= lag && tick - lag < c->rounds ? tick - lag : SIZE_MAX;
-}
-
-/* Bytes `step` moves at `tick` in the out- or in-stream. */
-static size_t window_at(const struct hoop_chain *c, size_t slice, int out,
-                        size_t tick, int step) {
-  size_t round = round_at(c, tick, step);
-  if (round == SIZE_MAX)
-    return 0;
-  return window(out ? out_bytes(c, step) : c->steps[step].bytes, round,
-                slice);
-}
-
-/* Moves a cursor past finished and empty windows; returns 1 at the end. */
-static int advance(const struct hoop_chain *c, size_t slice, int out,
-                   size_t *tick, int *step, size_t *off) {
-  for (;;) {
-    if (*tick >= c->ticks)
-      return 1;
-    if (*off < window_at(c, slice, out, *tick, *step))
-      return 0;
-    *off = 0;
-    if (++*step == c->nsteps) {
-      *step = 0;
-      ++*tick;
-    }
-  }
-}
-
-/* How much of in-step `step`'s slice `round` is received and processed. */
-static size_t processed(const struct hoop_chain *c, size_t slice,
-                        size_t round, int step) {
-  size_t tick = round + (size_t)step * c->depth;
-  if (c->in_done || c->in_tick > tick ||
-      (c->in_tick == tick && c->in_step > step))
-    return window(c->steps[step].bytes, round, slice);
-  if (c->in_tick == tick && c->in_step == step)
-    return c->in_off;
-  return 0;
-}
-
-/* Contiguous outbox bytes starting `skip` bytes past its head. */
-static size_t outbox_span(const struct hoop_bytering *r, size_t skip,
-                          const char **ptr) {
-  size_t pos = r->head + skip;
-  size_t off = pos % r->cap;
-  *ptr = r->buf + off;
-  return min_size(r->tail - pos, r->cap - off);
+static const struct hoop_plan_op *link_op(const struct hoop_plan *p,
+                                     const struct hoop_link *l, int i) {
+  return &p->ops[l->ops[i]];
 }
 
 /*
- * Gathers what out-stream can send now, from the cursor on, into iov:
- * the rest of the header, then ready bytes of consecutive windows.
+ * Bytes of a send op that may go now: all of them, or as many as its feed
+ * has produced when the feed covers the same bytes (forwarding as data
+ * arrives); a feed of another size must finish first.
  */
-static int gather_out(const struct hoop_chain_job *job,
-                      const struct hoop_chain *c, struct iovec *iov,
-                      size_t *total) {
+static size_t send_ready(const struct hoop_plan *p, const struct hoop_plan_op *o) {
+  if (!complete(p, o->after))
+    return 0;
+  if (o->feed == HOOP_NO_OP)
+    return o->bytes;
+  const struct hoop_plan_op *f = &p->ops[o->feed];
+  if (f->bytes == o->bytes)
+    return f->done;
+  return f->done == f->bytes ? o->bytes : 0;
+}
+
+/* The rest of the header, then ready bytes of the ops from `cur` on. */
+static int gather_out(const struct hoop_plan *p, struct hoop_link *l,
+                      struct iovec *iov, size_t *total) {
   int n = 0;
   *total = 0;
-  if (c->hdr_sent < HEADER_BYTES) {
-    iov[n].iov_base = (char *)&job->header + c->hdr_sent;
-    iov[n].iov_len = HEADER_BYTES - c->hdr_sent;
+  if (l->hdr_done < HEADER_BYTES) {
+    iov[n].iov_base = (char *)&l->header + l->hdr_done;
+    iov[n].iov_len = HEADER_BYTES - l->hdr_done;
     *total += iov[n++].iov_len;
   }
-  size_t slice = job->slice_bytes, tick = c->out_tick, off = c->out_off;
-  int step = c->out_step;
-  size_t outbox_taken = 0;
-  while (!advance(c, slice, 1, &tick, &step, &off)) {
-    size_t round = round_at(c, tick, step);
-    size_t win = window(out_bytes(c, step), round, slice);
-    const char *ptr;
-    size_t avail;
-    if (step == 0) {
-      ptr = c->first + round * slice + off;
-      avail = win - off;
-    } else {
-      const struct hoop_chain_step *prev = &c->steps[step - 1];
-      avail = processed(c, slice, round, step - 1) - off;
-      if (prev->action == HOOP_IN_REDUCE_FORWARD) {
-        avail = min_size(avail, outbox_span(&c->outbox, outbox_taken, &ptr));
-        outbox_taken += avail;
-      } else {
-        ptr = prev->dst + round * slice + off;
-      }
-    }
-    if (avail == 0)
+  for (int i = l->cur; i < l->nops; i++) {
+    const struct hoop_plan_op *o = link_op(p, l, i);
+    size_t ready = send_ready(p, o);
+    if (ready <= o->done)
       break;
-    /* A window that continues the previous one in memory joins its iov. */
+    const char *ptr = o->src + o->done;
+    size_t len = ready - o->done;
     struct iovec *last = n > 0 ? &iov[n - 1] : NULL;
-    if (last != NULL && (char *)last->iov_base + last->iov_len == ptr) {
-      last->iov_len += avail;
+    if (last != NULL && (const char *)last->iov_base + last->iov_len == ptr) {
+      last->iov_len += len;
     } else {
       if (n == MAX_IOV)
         break;
       iov[n].iov_base = (void *)ptr;
-      iov[n].iov_len = avail;
+      iov[n].iov_len = len;
       n++;
     }
-    *total += avail;
-    off += avail;
-    if (off < win)
+    *total += len;
+    if (ready < o->bytes)
       break;
   }
   return n;
 }
 
-static hoop_result_t send_progress(struct hoop_chain_job *job,
-                                   struct hoop_chain *c, int *progress) {
-  if (c->out_done)
-    return HOOP_SUCCESS;
+static hoop_result_t send_progress(struct hoop_plan *p, struct hoop_link *l,
+                                   int *progress) {
   struct iovec iov[MAX_IOV];
   size_t want;
-  int n = gather_out(job, c, iov, &want);
+  int n = gather_out(p, l, iov, &want);
+  l->want_poll = 0;
   if (n == 0)
-    return HOOP_SUCCESS; /* waiting for the in-stream, not the socket */
+    return HOOP_SUCCESS; /* waiting for an op, not for the socket */
   size_t sent;
-  HOOP_CHECK(c->send_conn->ops->send(c->send_conn, iov, n, &sent));
-  c->want_pollout = sent < want;
+  HOOP_CHECK(l->conn->ops->send(l->conn, iov, n, &sent));
+  l->want_poll = sent < want;
   if (sent == 0)
     return HOOP_SUCCESS;
   *progress = 1;
-  c->bytes_out += sent;
-  size_t hdr = min_size(sent, HEADER_BYTES - c->hdr_sent);
-  c->hdr_sent += hdr;
+  size_t hdr = min_size(sent, HEADER_BYTES - l->hdr_done);
+  l->hdr_done += hdr;
   sent -= hdr;
-  size_t slice = job->slice_bytes;
   while (sent > 0) {
-    advance(c, slice, 1, &c->out_tick, &c->out_step, &c->out_off);
-    size_t win = window_at(c, slice, 1, c->out_tick, c->out_step);
-    size_t take = min_size(sent, win - c->out_off);
-    if (c->out_step > 0 &&
-        c->steps[c->out_step - 1].action == HOOP_IN_REDUCE_FORWARD)
-      hoop__bytering_consume(&c->outbox, take);
-    c->out_off += take;
+    struct hoop_plan_op *o = &p->ops[l->ops[l->cur]];
+    size_t take = min_size(sent, o->bytes - o->done);
+    o->done += (uint32_t)take;
     sent -= take;
+    if (o->done == o->bytes)
+      l->cur++;
   }
-  c->out_done = c->hdr_sent == HEADER_BYTES &&
-                advance(c, slice, 1, &c->out_tick, &c->out_step,
-                        &c->out_off);
   return HOOP_SUCCESS;
 }
 
-void hoop__describe_call(const struct hoop_wire_header *h, char *buf,
-                         size_t len) {
-  snprintf(buf, len, "%s #%llu (count %llu, %s, %s, root %d, slice %u, "
-                     "%u channel(s), depth %u)",
-           hoop__coll_name((enum hoop_coll)h->coll),
-           (unsigned long long)h->seq, (unsigned long long)h->count,
-           hoop_dtype_name((hoop_dtype_t)h->dtype),
-           hoop_op_name((hoop_op_t)h->op), h->root, h->slice_bytes,
-           h->nchannels, h->depth);
-}
-
-static hoop_result_t check_header(const struct hoop_chain_job *job,
-                                  const struct hoop_chain *c,
+static hoop_result_t check_header(const struct hoop_plan *p,
+                                  const struct hoop_link *l,
                                   const void *bytes) {
   struct hoop_wire_header got;
   memcpy(&got, bytes, sizeof got);
-  const struct hoop_wire_header *mine = &job->header;
+  const struct hoop_wire_header *mine = &l->header;
   if (got.magic != mine->magic || got.version != mine->version)
-    return HOOP_ERROR(job->comm, HOOP_ERR_MISMATCH,
+    return HOOP_ERROR(p->comm, HOOP_ERR_MISMATCH,
                       "stream from %s is out of step: expected a header "
                       "(magic %08x) and got %08x",
-                      c->recv_conn->peer_desc, mine->magic, got.magic);
+                      l->conn->peer_desc, mine->magic, got.magic);
   if (got.coll == mine->coll && got.dtype == mine->dtype &&
       got.op == mine->op && got.seq == mine->seq &&
       got.count == mine->count && got.root == mine->root &&
-      got.slice_bytes == mine->slice_bytes &&
-      got.nchannels == mine->nchannels && got.depth == mine->depth)
+      got.algo == mine->algo && got.slice_bytes == mine->slice_bytes &&
+      got.nchannels == mine->nchannels && got.depth == mine->depth &&
+      got.link_bytes == mine->link_bytes)
     return HOOP_SUCCESS;
-  char a[200], b[200];
+  char a[240], b[240];
   hoop__describe_call(mine, a, sizeof a);
   hoop__describe_call(&got, b, sizeof b);
-  return HOOP_ERROR(job->comm, HOOP_ERR_MISMATCH,
-                    "ranks disagree: this rank called %s but %s called %s",
-                    a, c->recv_conn->peer_desc, b);
+  return HOOP_ERROR(p->comm, HOOP_ERR_MISMATCH,
+                    "ranks disagree: this rank called %s expecting %llu "
+                    "bytes from %s, which called %s sending %llu",
+                    a, (unsigned long long)mine->link_bytes,
+                    l->conn->peer_desc, b,
+                    (unsigned long long)got.link_bytes);
 }
 
-static hoop_result_t receive_header(struct hoop_chain_job *job,
-                                    struct hoop_chain *c, int *progress) {
-  struct hoop_conn *conn = c->recv_conn;
-  size_t first = c->rounds > 0 ? window(c->steps[0].bytes, 0,
-                                        job->slice_bytes)
-                               : 0;
-  const void *p;
+static hoop_result_t receive_header(struct hoop_plan *p, struct hoop_link *l,
+                                    int *progress) {
+  size_t first = l->nops > 0 ? link_op(p, l, 0)->bytes : 0;
+  const void *bytes;
   size_t avail;
-  HOOP_CHECK(conn->ops->peek(conn, HEADER_BYTES + first, &p, &avail));
+  HOOP_CHECK(l->conn->ops->peek(l->conn, HEADER_BYTES + first, &bytes,
+                                &avail));
   if (avail < HEADER_BYTES) {
-    c->want_pollin = 1;
+    l->want_poll = 1;
     return HOOP_SUCCESS;
   }
-  HOOP_CHECK(check_header(job, c, p));
-  conn->ops->release(conn, HEADER_BYTES);
-  c->hdr_received = HEADER_BYTES;
-  c->bytes_in += HEADER_BYTES;
+  HOOP_CHECK(check_header(p, l, bytes));
+  l->conn->ops->release(l->conn, HEADER_BYTES);
+  l->hdr_done = HEADER_BYTES;
   *progress = 1;
   return HOOP_SUCCESS;
 }
 
 /*
- * Bytes from the in-cursor to the end of the run of windows that follow
- * it in the stream and continue it in memory (the same step's next
- * slice), so that one system call or one reduction covers them all.
+ * Bytes of the ops from `cur` on that are ready to receive with one system
+ * call: the same kind, dependencies met, and (for copies) destinations
+ * that continue each other in memory.
  */
-static size_t in_run(const struct hoop_chain *c, size_t slice) {
-  size_t tick = c->in_tick, round = round_at(c, tick, c->in_step);
-  int step = c->in_step;
-  size_t off = window(c->steps[step].bytes, round, slice);
-  size_t bytes = off - c->in_off;
-  while (!advance(c, slice, 0, &tick, &step, &off) && step == c->in_step &&
-         round_at(c, tick, step) == round + 1) {
-    round++;
-    off = window(c->steps[step].bytes, round, slice);
-    bytes += off;
+static size_t recv_run(const struct hoop_plan *p, const struct hoop_link *l) {
+  const struct hoop_plan_op *first = link_op(p, l, l->cur);
+  size_t bytes = first->bytes - first->done;
+  const char *end = first->dst + first->bytes;
+  for (int i = l->cur + 1; i < l->nops; i++) {
+    const struct hoop_plan_op *o = link_op(p, l, i);
+    if (o->kind != first->kind || !complete(p, o->after) ||
+        (o->kind == HOOP_OP_RECV_COPY && o->dst != end))
+      break;
+    bytes += o->bytes;
+    end = o->dst + o->bytes;
   }
   return bytes;
 }
 
-/* Moves the in-cursor `len` bytes on, across windows. */
-static void in_skip(struct hoop_chain *c, size_t slice, size_t len) {
-  while (len > 0) {
-    size_t win = window_at(c, slice, 0, c->in_tick, c->in_step);
-    size_t take = min_size(len, win - c->in_off);
-    c->in_off += take;
-    len -= take;
-    advance(c, slice, 0, &c->in_tick, &c->in_step, &c->in_off);
-  }
+static void finish_op(struct hoop_link *l, struct hoop_plan_op *o, size_t moved) {
+  o->done += (uint32_t)moved;
+  if (o->done == o->bytes)
+    l->cur++;
 }
 
-/* Receives and processes what the in-stream has; returns when it stalls. */
-static hoop_result_t recv_progress(struct hoop_chain_job *job,
-                                   struct hoop_chain *c, int *progress) {
-  struct hoop_conn *conn = c->recv_conn;
-  size_t slice = job->slice_bytes, esz = job->elem_size;
-  c->want_pollin = 0;
-  if (c->hdr_received < HEADER_BYTES) {
-    HOOP_CHECK(receive_header(job, c, progress));
-    if (c->hdr_received < HEADER_BYTES)
+static hoop_result_t recv_copy(struct hoop_plan *p, struct hoop_link *l,
+                               size_t *moved) {
+  struct hoop_plan_op *o = &p->ops[l->ops[l->cur]];
+  size_t got;
+  HOOP_CHECK(l->conn->ops->recv(l->conn, o->dst + o->done, recv_run(p, l),
+                                &got));
+  *moved = got;
+  while (got > 0) {
+    o = &p->ops[l->ops[l->cur]];
+    size_t take = min_size(got, o->bytes - o->done);
+    finish_op(l, o, take);
+    got -= take;
+  }
+  return HOOP_SUCCESS;
+}
+
+static hoop_result_t recv_reduce(struct hoop_plan *p, struct hoop_link *l,
+                                 size_t *moved) {
+  size_t esz = p->elem_size;
+  const void *in;
+  size_t avail;
+  HOOP_CHECK(l->conn->ops->peek(l->conn, recv_run(p, l), &in, &avail));
+  *moved = 0;
+  while (l->cur < l->nops) {
+    struct hoop_plan_op *o = &p->ops[l->ops[l->cur]];
+    if (o->kind != HOOP_OP_RECV_REDUCE || !complete(p, o->after))
+      break;
+    size_t m = min_size(avail, o->bytes - o->done) / esz * esz;
+    if (m == 0)
+      break;
+    char *dst = o->dst + o->done;
+    hoop__reduce(dst, in, o->src + o->done, m / esz, p->dtype, p->op);
+    if (o->finish_avg)
+      hoop__reduce_div(dst, m / esz, p->dtype, p->comm->nranks);
+    l->conn->ops->release(l->conn, m);
+    in = (const char *)in + m;
+    avail -= m;
+    *moved += m;
+    finish_op(l, o, m);
+  }
+  return HOOP_SUCCESS;
+}
+
+/* Receives and processes what a link has; returns when it stalls. */
+static hoop_result_t recv_progress(struct hoop_plan *p, struct hoop_link *l,
+                                   int *progress) {
+  l->want_poll = 0;
+  if (l->hdr_done < HEADER_BYTES) {
+    HOOP_CHECK(receive_header(p, l, progress));
+    if (l->hdr_done < HEADER_BYTES)
       return HOOP_SUCCESS;
   }
-  while (!(c->in_done = advance(c, slice, 0, &c->in_tick, &c->in_step,
-                                &c->in_off))) {
-    const struct hoop_chain_step *s = &c->steps[c->in_step];
-    size_t round = round_at(c, c->in_tick, c->in_step);
-    size_t pos = round * slice + c->in_off;
-    size_t left = in_run(c, slice);
+  while (l->cur < l->nops) {
+    const struct hoop_plan_op *o = link_op(p, l, l->cur);
+    if (!complete(p, o->after))
+      return HOOP_SUCCESS; /* waiting for another op, not the socket */
     size_t moved;
-    if (s->action == HOOP_IN_COPY) {
-      HOOP_CHECK(conn->ops->recv(conn, s->dst + pos, left, &moved));
-    } else {
-      const void *in;
-      size_t avail;
-      HOOP_CHECK(conn->ops->peek(conn, left, &in, &avail));
-      moved = min_size(avail, left) / esz * esz;
-      char *out;
-      if (s->action == HOOP_IN_REDUCE_FORWARD) {
-        /* A full outbox waits for the out-stream, not for the socket. */
-        size_t room = hoop__bytering_writable(&c->outbox, &out) / esz * esz;
-        if (room == 0)
-          return HOOP_SUCCESS;
-        moved = min_size(moved, room);
-      } else {
-        out = s->dst + pos;
-      }
-      if (moved > 0) {
-        hoop__reduce(out, in, s->local + pos, moved / esz, job->dtype,
-                     job->op);
-        if (s->action == HOOP_IN_REDUCE_FORWARD)
-          hoop__bytering_produce(&c->outbox, moved);
-        else if (job->op == HOOP_AVG)
-          hoop__reduce_div(out, moved / esz, job->dtype,
-                           job->comm->nranks);
-        conn->ops->release(conn, moved);
-      }
-    }
+    if (o->kind == HOOP_OP_RECV_COPY)
+      HOOP_CHECK(recv_copy(p, l, &moved));
+    else
+      HOOP_CHECK(recv_reduce(p, l, &moved));
     if (moved == 0) {
-      c->want_pollin = 1;
+      l->want_poll = 1;
       return HOOP_SUCCESS;
     }
-    in_skip(c, slice, moved);
-    c->bytes_in += moved;
     *progress = 1;
   }
   return HOOP_SUCCESS;
 }
 
-static hoop_result_t stalled_error(struct hoop_chain_job *job) {
-  for (int i = 0; i < job->nchains; i++) {
-    const struct hoop_chain *c = &job->chains[i];
-    if (!c->in_done)
-      return HOOP_ERROR(job->comm, HOOP_ERR_TIMEOUT,
-                        "no progress for %d ms waiting for data from %s "
-                        "(received %llu of %llu bytes)",
-                        job->comm->timeout_ms, c->recv_conn->peer_desc,
-                        (unsigned long long)c->bytes_in,
-                        (unsigned long long)c->total_in);
-    if (!c->out_done)
-      return HOOP_ERROR(job->comm, HOOP_ERR_TIMEOUT,
-                        "no progress for %d ms sending to %s (sent %llu of "
-                        "%llu bytes)",
-                        job->comm->timeout_ms, c->send_conn->peer_desc,
-                        (unsigned long long)c->bytes_out,
-                        (unsigned long long)c->total_out);
+static int link_done(const struct hoop_link *l) {
+  return l->hdr_done == HEADER_BYTES && l->cur == l->nops;
+}
+
+static uint64_t link_moved(const struct hoop_plan *p,
+                           const struct hoop_link *l) {
+  uint64_t moved = 0;
+  for (int i = 0; i < l->cur; i++)
+    moved += link_op(p, l, i)->bytes;
+  if (l->cur < l->nops)
+    moved += link_op(p, l, l->cur)->done;
+  return moved;
+}
+
+static hoop_result_t stalled_error(struct hoop_plan *p) {
+  for (int i = 0; i < p->nlinks; i++) {
+    const struct hoop_link *l = &p->links[i];
+    if (link_done(l))
+      continue;
+    return HOOP_ERROR(p->comm, HOOP_ERR_TIMEOUT,
+                      "no progress for %d ms %s %s (%llu of %llu bytes "
+                      "moved on that link)",
+                      p->comm->timeout_ms,
+                      l->send ? "sending to" : "waiting for data from",
+                      l->conn->peer_desc,
+                      (unsigned long long)link_moved(p, l),
+                      (unsigned long long)l->bytes);
   }
-  return HOOP_ERROR(job->comm, HOOP_ERR_INTERNAL, "stalled");
+  return HOOP_ERROR(p->comm, HOOP_ERR_INTERNAL, "stalled");
 }
 
 static void add_pollfd(struct pollfd *fds, int *n, int fd, short events) {
@@ -359,28 +321,27 @@ static void add_pollfd(struct pollfd *fds, int *n, int fd, short events) {
 /*
  * Sleeps until a wanted connection is ready or another rank reports a
  * failure on the listening socket.  *polled gets the number of
- * connections waited on (0 means the schedule has nothing to wait for).
+ * connections waited on (0 means the plan has nothing to wait for).
  */
-static hoop_result_t wait_for_io(struct hoop_chain_job *job,
-                                 long long deadline, int *polled) {
-  struct pollfd fds[2 * 16 + 1];
+static hoop_result_t wait_for_io(struct hoop_plan *p, long long deadline,
+                                 int *polled) {
+  struct pollfd fds[MAX_POLL + 1];
   int n = 0;
-  for (int i = 0; i < job->nchains && n + 3 <= 33; i++) {
-    struct hoop_chain *c = &job->chains[i];
-    if (c->want_pollin && !c->in_done)
-      add_pollfd(fds, &n, c->recv_conn->ops->poll_fd(c->recv_conn), POLLIN);
-    if (c->want_pollout && !c->out_done)
-      add_pollfd(fds, &n, c->send_conn->ops->poll_fd(c->send_conn),
-                 POLLOUT);
+  for (int i = 0; i < p->nlinks && n < MAX_POLL; i++) {
+    struct hoop_link *l = &p->links[i];
+    if (l->want_poll && !link_done(l))
+      add_pollfd(fds, &n, l->conn->ops->poll_fd(l->conn),
+                 l->send ? POLLOUT : POLLIN);
   }
   *polled = n;
   if (n == 0)
     return HOOP_SUCCESS;
-  fds[n] = (struct pollfd){.fd = job->comm->listen_fd, .events = POLLIN};
+  fds[n] = (struct pollfd){.fd = p->comm->listen_fd, .events = POLLIN};
   long long left = deadline - hoop__now_ms();
-  if (left > 0 && poll(fds, (nfds_t)n + 1, left > 1000 ? 1000 : (int)left) > 0 &&
+  if (left > 0 &&
+      poll(fds, (nfds_t)n + 1, left > 1000 ? 1000 : (int)left) > 0 &&
       (fds[n].revents & POLLIN))
-    HOOP_CHECK(hoop__comm_check_notices(job->comm, 0));
+    HOOP_CHECK(hoop__comm_check_notices(p->comm, 0));
   return HOOP_SUCCESS;
 }
 
@@ -398,29 +359,42 @@ static hoop_result_t prefer_notice(struct hoop_comm *comm,
   return res;
 }
 
-static void prepare(struct hoop_chain_job *job) {
-  size_t slice = job->slice_bytes;
-  for (int i = 0; i < job->nchains; i++) {
-    struct hoop_chain *c = &job->chains[i];
-    size_t longest = c->first_bytes;
-    c->total_out = HEADER_BYTES + c->first_bytes;
-    c->total_in = HEADER_BYTES;
-    for (int k = 0; k < c->nsteps; k++) {
-      longest = c->steps[k].bytes > longest ? c->steps[k].bytes : longest;
-      c->total_in += c->steps[k].bytes;
-      if (k + 1 < c->nsteps)
-        c->total_out += c->steps[k].bytes;
-    }
-    c->rounds = (longest + slice - 1) / slice;
-    if (c->depth > c->rounds)
-      c->depth = c->rounds;
-    c->ticks = c->rounds + (size_t)(c->nsteps - 1) * c->depth;
-  }
+struct keyed {
+  uint64_t key;
+  int32_t id;
+};
+
+static int cmp_keyed(const void *a, const void *b) {
+  const struct keyed *x = a, *y = b;
+  if (x->key != y->key)
+    return x->key < y->key ? -1 : 1;
+  return (x->id > y->id) - (x->id < y->id);
 }
 
-hoop_result_t hoop__engine_run(struct hoop_chain_job *job) {
-  struct hoop_comm *comm = job->comm;
-  prepare(job);
+/* Puts every link in key order and stamps its header. */
+static hoop_result_t prepare(struct hoop_plan *p) {
+  for (int i = 0; i < p->nlinks; i++) {
+    struct hoop_link *l = &p->links[i];
+    l->header = p->header;
+    l->header.link_bytes = l->bytes;
+    if (l->nops < 2)
+      continue;
+    struct keyed *k = malloc(sizeof *k * (size_t)l->nops);
+    if (k == NULL)
+      return HOOP_ERROR(p->comm, HOOP_ERR_NO_MEMORY, "plan order");
+    for (int j = 0; j < l->nops; j++)
+      k[j] = (struct keyed){p->ops[l->ops[j]].key, l->ops[j]};
+    qsort(k, (size_t)l->nops, sizeof *k, cmp_keyed);
+    for (int j = 0; j < l->nops; j++)
+      l->ops[j] = k[j].id;
+    free(k);
+  }
+  return HOOP_SUCCESS;
+}
+
+hoop_result_t hoop__engine_run(struct hoop_plan *p) {
+  struct hoop_comm *comm = p->comm;
+  HOOP_CHECK(prepare(p));
   long long deadline = hoop__now_ms() + comm->timeout_ms;
   long long idle_since_ns = hoop__now_ns();
   for (;;) {
@@ -429,18 +403,20 @@ hoop_result_t hoop__engine_run(struct hoop_chain_job *job) {
                         "hoop_comm_abort() was called during the "
                         "collective");
     int progress = 0, done = 1;
-    for (int i = 0; i < job->nchains; i++) {
-      struct hoop_chain *c = &job->chains[i];
-      hoop_result_t res = recv_progress(job, c, &progress);
-      if (res == HOOP_SUCCESS)
-        res = send_progress(job, c, &progress);
-      /* Sending may have freed outbox room that the in-stream waits on. */
-      if (res == HOOP_SUCCESS)
-        res = recv_progress(job, c, &progress);
-      if (res != HOOP_SUCCESS)
-        return prefer_notice(comm, res);
-      done &= c->in_done && c->out_done;
+    /* Receiving first frees what sends wait on; then receive again. */
+    for (int pass = 0; pass < 2; pass++) {
+      for (int i = 0; i < p->nlinks; i++) {
+        struct hoop_link *l = &p->links[i];
+        if (link_done(l) || (pass == 1 && l->send))
+          continue;
+        hoop_result_t res = l->send ? send_progress(p, l, &progress)
+                                    : recv_progress(p, l, &progress);
+        if (res != HOOP_SUCCESS)
+          return prefer_notice(comm, res);
+      }
     }
+    for (int i = 0; i < p->nlinks && done; i++)
+      done = link_done(&p->links[i]);
     if (done)
       return HOOP_SUCCESS;
     long long now_ns = hoop__now_ns();
@@ -456,11 +432,11 @@ hoop_result_t hoop__engine_run(struct hoop_chain_job *job) {
     if (now_ns - idle_since_ns < comm->spin_ns)
       continue;
     if (now_ns / 1000000 >= deadline)
-      return stalled_error(job);
+      return stalled_error(p);
     int polled;
-    HOOP_CHECK(wait_for_io(job, deadline, &polled));
+    HOOP_CHECK(wait_for_io(p, deadline, &polled));
     if (polled == 0)
       return HOOP_ERROR(comm, HOOP_ERR_INTERNAL,
-                        "schedule stalled with nothing to wait for");
+                        "plan stalled with nothing to wait for");
   }
 }

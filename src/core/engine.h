@@ -1,18 +1,24 @@
 /*
- * The progress engine: runs pipelined chain schedules over transport
- * connections.  A chain is what one rank does on one channel of a ring:
- * it sends one ordered stream to its right neighbour and receives one from
- * its left, and every step after the first forwards what the previous step
- * received (reduced or copied), slice by slice.  The engine knows nothing
- * of which algorithm made the chain.
+ * The progress engine and the plans it runs.
  *
- * Both streams are walked in ticks: at tick t, step k carries slice
- * t - k * depth.  With depth 1 this is slice-major order, which keeps one
- * slice per step in flight; a chunk-major order (all of step 0, then all
- * of step 1) would deadlock once a forwarded chunk outgrows the outbox.
- * A larger depth lets every step run `depth` slices ahead of the step it
- * feeds, so one late slice from a neighbour does not stall the sender;
- * forwarded slices then wait up to `depth` ticks in the outbox.
+ * An algorithm describes one rank's part of a collective as a plan: a set
+ * of links (one direction of one connection: an ordered byte stream) and,
+ * on each link, a list of ops in stream order.  An op moves at most one
+ * slice: it sends bytes from memory, or receives bytes and copies them or
+ * reduces them with local data.  Ops wait for other ops through two
+ * dependencies: `feed`, the op that produces what this one sends (bytes
+ * may be forwarded as soon as the feed has processed them), and `after`,
+ * an op that must be complete first (a buffer it still reads, an earlier
+ * contribution to the same sum).  The engine knows nothing of which
+ * algorithm made the plan; it moves every link as far as its ops allow,
+ * without blocking on any single one.
+ *
+ * Both ends of a link must list the same ops in the same order.  Builders
+ * give each op a key (tick, then a tie-breaker) that both ends compute the
+ * same way, and the plan sorts every link by key.  Letting a step run
+ * `depth` ticks ahead of the step it feeds keeps links busy while a
+ * neighbour is late; a strictly slice-by-slice ring made every rank wait on
+ * its neighbour once per slice.
  */
 #ifndef HOOP_ENGINE_H
 #define HOOP_ENGINE_H
@@ -21,23 +27,27 @@
 #include <stdint.h>
 
 #include "hoop.h"
-#include "core/bytering.h"
 
 struct hoop_comm;
 struct hoop_conn;
 
+/* Collective ids travel in headers: never renumber. */
 enum hoop_coll {
   HOOP_COLL_ALLREDUCE = 1,
   HOOP_COLL_REDUCE_SCATTER = 2,
   HOOP_COLL_ALLGATHER = 3,
+  HOOP_COLL_BROADCAST = 4,
+  HOOP_COLL_REDUCE = 5,
+  HOOP_COLL_BARRIER = 6,
+  HOOP_COLL_SENDRECV = 7,
 };
 
 const char *hoop__coll_name(enum hoop_coll coll);
 
 /*
- * The first bytes of every collective on every stream.  The receiver
- * checks it against its own call, so ranks that disagree fail loudly
- * instead of mixing up data.
+ * The first bytes of every collective on every link.  The receiver checks
+ * it against its own call, so ranks that disagree fail loudly instead of
+ * mixing up data.
  */
 struct hoop_wire_header {
   uint32_t magic;
@@ -52,7 +62,10 @@ struct hoop_wire_header {
   int32_t sender;
   uint32_t depth;
   uint16_t nchannels;
-  uint8_t reserved[22];
+  uint8_t algo;
+  uint8_t reserved[5];
+  uint64_t link_bytes; /* payload this link carries in this call */
+  uint8_t reserved2[8];
 };
 _Static_assert(sizeof(struct hoop_wire_header) == 64,
                "the wire header keeps data 64-byte aligned in staging");
@@ -61,65 +74,72 @@ _Static_assert(sizeof(struct hoop_wire_header) == 64,
 void hoop__describe_call(const struct hoop_wire_header *h, char *buf,
                          size_t len);
 
-/* What an in-step does with the bytes it receives. */
-enum hoop_in_action {
-  HOOP_IN_REDUCE_FORWARD, /* reduce with local data into the outbox */
-  HOOP_IN_REDUCE_FINAL,   /* reduce with local data into `dst`      */
-  HOOP_IN_COPY,           /* copy into `dst`                         */
+enum hoop_op_kind {
+  HOOP_OP_SEND,        /* send `bytes` from `src`                       */
+  HOOP_OP_RECV_COPY,   /* receive into `dst`                            */
+  HOOP_OP_RECV_REDUCE, /* dst = received op `src` (dst may equal src)   */
 };
 
-struct hoop_chain_step {
-  enum hoop_in_action action;
-  size_t bytes;        /* received by this step, sent again by the next */
-  char *dst;           /* for REDUCE_FINAL and COPY */
-  const char *local;   /* the local operand of a reduction */
+#define HOOP_NO_OP (-1)
+
+struct hoop_plan_op {
+  uint8_t kind;
+  uint8_t finish_avg; /* divide dst by nranks once reduced */
+  uint32_t bytes;     /* at most one slice */
+  const char *src;    /* SEND: the bytes; RECV_REDUCE: the local operand */
+  char *dst;          /* RECV_*: where the result goes */
+  int32_t feed;       /* SEND: op producing src (forwarded as it goes) */
+  int32_t after;      /* op that must be complete before this starts */
+  uint32_t done;      /* bytes sent, or received and processed */
+  uint64_t key;       /* stream order on the link, the same on both ends */
 };
 
-/*
- * One rank's part of a ring on one channel.  Out-step 0 sends `first`;
- * out-step k > 0 sends what in-step k-1 produced; in-step nsteps-1's
- * result is not forwarded.
- */
-struct hoop_chain {
-  struct hoop_conn *send_conn;
-  struct hoop_conn *recv_conn;
-  const char *first;
-  size_t first_bytes;
-  int nsteps;
-  struct hoop_chain_step *steps; /* [nsteps] */
-  size_t depth; /* slices each step runs ahead of the next */
-
-  /* Engine state; zero-initialise. */
-  size_t rounds, ticks;
-  size_t out_tick, out_off, hdr_sent;
-  int out_step;
-  size_t in_tick, in_off, hdr_received;
-  int in_step;
-  int out_done, in_done;
-  int want_pollin, want_pollout;
-  uint64_t bytes_out, bytes_in, total_out, total_in;
-  struct hoop_bytering outbox;
+struct hoop_link {
+  struct hoop_conn *conn;
+  int send;              /* 1: this rank writes the stream */
+  struct hoop_wire_header header; /* sent, or expected, first */
+  int32_t *ops;          /* indices into plan->ops, in stream order */
+  int nops, cap;
+  int cur;               /* first op not complete */
+  uint64_t bytes;        /* payload of all ops */
+  size_t hdr_done;       /* header bytes sent or received */
+  int want_poll;         /* waiting on the connection, not on an op */
 };
 
-struct hoop_chain_job {
+struct hoop_plan {
   struct hoop_comm *comm;
-  struct hoop_wire_header header; /* what this rank sends and expects */
+  struct hoop_wire_header header; /* link_bytes filled per link */
   hoop_dtype_t dtype;
   hoop_op_t op;
   size_t elem_size;
-  size_t slice_bytes; /* a multiple of elem_size */
-  struct hoop_chain *chains;
-  int nchains;
+  struct hoop_plan_op *ops;
+  int nops, ops_cap;
+  struct hoop_link *links;
+  int nlinks, links_cap;
 };
 
+/* Plan building; every function records its error on the communicator. */
+void hoop__plan_init(struct hoop_plan *plan, struct hoop_comm *comm,
+                     hoop_dtype_t dtype, hoop_op_t op);
+void hoop__plan_free(struct hoop_plan *plan);
+
+/* The link to or from `peer` on `channel`, connecting on first use. */
+hoop_result_t hoop__plan_link(struct hoop_plan *plan, int peer, int channel,
+                              int send, int *link);
+
+/* Appends an op to a link; *id gets its index for later feed/after. */
+hoop_result_t hoop__plan_op(struct hoop_plan *plan, int link,
+                            const struct hoop_plan_op *op, int32_t *id);
+
+/* Runs the plan to completion, or fails naming the peer. */
+hoop_result_t hoop__engine_run(struct hoop_plan *plan);
+
 /*
- * Runs every chain of the job to completion.  Each chain needs an outbox
- * (chains[i].outbox.buf and .cap, a multiple of 64) when any of its steps
- * is REDUCE_FORWARD, big enough for depth + 1 ticks of forwarded slices:
- * (depth + 1) * slice_bytes per forwarding step.  Fails, naming the peer, when a
- * peer fails, disagrees on the header, or makes no progress for the
- * communicator's timeout.
+ * Tick keys: the high bits order ticks, the low bits break ties between
+ * ops of the same tick (step, tree, phase) identically on both ends.
  */
-hoop_result_t hoop__engine_run(struct hoop_chain_job *job);
+static inline uint64_t hoop__key(uint64_t tick, uint32_t tie) {
+  return (tick << 24) | (tie & 0xffffff);
+}
 
 #endif /* HOOP_ENGINE_H */

@@ -1,0 +1,76 @@
+/* Building plans: links, ops, and the per-link stream order. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/comm.h"
+#include "core/engine.h"
+#include "core/error.h"
+
+void hoop__plan_init(struct hoop_plan *plan, struct hoop_comm *comm,
+                     hoop_dtype_t dtype, hoop_op_t op) {
+  memset(plan, 0, sizeof *plan);
+  plan->comm = comm;
+  plan->dtype = dtype;
+  plan->op = op;
+  plan->elem_size = hoop_dtype_size(dtype);
+}
+
+void hoop__plan_free(struct hoop_plan *plan) {
+  for (int i = 0; i < plan->nlinks; i++)
+    free(plan->links[i].ops);
+  free(plan->links);
+  free(plan->ops);
+  memset(plan, 0, sizeof *plan);
+}
+
+static hoop_result_t grow(struct hoop_comm *comm, void **array, int *cap,
+                          int need, size_t elem) {
+  if (need <= *cap)
+    return HOOP_SUCCESS;
+  int next = *cap ? *cap * 2 : 16;
+  while (next < need)
+    next *= 2;
+  void *p = realloc(*array, (size_t)next * elem);
+  if (p == NULL)
+    return HOOP_ERROR(comm, HOOP_ERR_NO_MEMORY, "plan of %d entries", next);
+  *array = p;
+  *cap = next;
+  return HOOP_SUCCESS;
+}
+
+hoop_result_t hoop__plan_link(struct hoop_plan *plan, int peer, int channel,
+                              int send, int *link) {
+  struct hoop_conn *conn;
+  HOOP_CHECK(hoop__comm_conn(plan->comm, peer, channel, &conn));
+  for (int i = 0; i < plan->nlinks; i++) {
+    if (plan->links[i].conn == conn && plan->links[i].send == send) {
+      *link = i;
+      return HOOP_SUCCESS;
+    }
+  }
+  HOOP_CHECK(grow(plan->comm, (void **)&plan->links, &plan->links_cap,
+                  plan->nlinks + 1, sizeof *plan->links));
+  struct hoop_link *l = &plan->links[plan->nlinks];
+  memset(l, 0, sizeof *l);
+  l->conn = conn;
+  l->send = send;
+  *link = plan->nlinks++;
+  return HOOP_SUCCESS;
+}
+
+hoop_result_t hoop__plan_op(struct hoop_plan *plan, int link,
+                            const struct hoop_plan_op *op, int32_t *id) {
+  struct hoop_link *l = &plan->links[link];
+  HOOP_CHECK(grow(plan->comm, (void **)&plan->ops, &plan->ops_cap,
+                  plan->nops + 1, sizeof *plan->ops));
+  HOOP_CHECK(grow(plan->comm, (void **)&l->ops, &l->cap, l->nops + 1,
+                  sizeof *l->ops));
+  plan->ops[plan->nops] = *op;
+  plan->ops[plan->nops].done = 0;
+  l->ops[l->nops++] = plan->nops;
+  l->bytes += op->bytes;
+  if (id != NULL)
+    *id = plan->nops;
+  plan->nops++;
+  return HOOP_SUCCESS;
+}
