@@ -80,6 +80,34 @@ typedef enum hoop_op {
   HOOP_OP_COUNT
 } hoop_op_t;
 
+/*
+ * All-reduce algorithms.  AUTO asks the cost model (see hoop_comm_predict)
+ * and is the default; HOOP_ALGO=ring|tree|ps or hoop_comm_set_algo()
+ * override it.  Broadcast and reduce use RING (a pipelined chain from the
+ * root) or TREE; reduce-scatter and all-gather always use the ring.
+ */
+typedef enum hoop_algo {
+  HOOP_ALGO_AUTO = 0,
+  HOOP_ALGO_RING = 1,
+  HOOP_ALGO_TREE = 2,
+  HOOP_ALGO_PS = 3,
+  HOOP_ALGO_P2P = 4, /* send/recv and all-to-all; not selectable */
+  HOOP_ALGO_COUNT
+} hoop_algo_t;
+
+/* Collective kinds, as counted in hoop_stats_t.  Values travel on the wire. */
+typedef enum hoop_coll {
+  HOOP_COLL_ALLREDUCE = 1,
+  HOOP_COLL_REDUCE_SCATTER = 2,
+  HOOP_COLL_ALLGATHER = 3,
+  HOOP_COLL_BROADCAST = 4,
+  HOOP_COLL_REDUCE = 5,
+  HOOP_COLL_BARRIER = 6,
+  HOOP_COLL_SENDRECV = 7,
+  HOOP_COLL_ALLTOALL = 8,
+  HOOP_COLL_COUNT
+} hoop_coll_t;
+
 typedef struct hoop_comm *hoop_comm_t;
 
 /* A CUDA stream (cudaStream_t) for device buffers; NULL for host buffers. */
@@ -199,6 +227,92 @@ HOOP_API hoop_result_t hoop_allgather(hoop_comm_t comm, const void *sendbuf,
                                       void *recvbuf, size_t sendcount,
                                       hoop_dtype_t dtype,
                                       hoop_stream_t stream);
+
+/*
+ * broadcast: recvbuf on every rank gets root's sendbuf (count elements).
+ *   sendbuf is read on the root only; in place when sendbuf == recvbuf.
+ */
+HOOP_API hoop_result_t hoop_broadcast(hoop_comm_t comm, const void *sendbuf,
+                                      void *recvbuf, size_t count,
+                                      hoop_dtype_t dtype, int root,
+                                      hoop_stream_t stream);
+
+/*
+ * reduce: root's recvbuf gets the reduction of every rank's sendbuf.
+ *   recvbuf is written on the root only (it may be NULL elsewhere).
+ */
+HOOP_API hoop_result_t hoop_reduce(hoop_comm_t comm, const void *sendbuf,
+                                   void *recvbuf, size_t count,
+                                   hoop_dtype_t dtype, hoop_op_t op, int root,
+                                   hoop_stream_t stream);
+
+/* Returns on a rank once every rank has entered the barrier. */
+HOOP_API hoop_result_t hoop_barrier(hoop_comm_t comm);
+
+/*
+ * Point to point.  Outside a group each call blocks until done.  Between
+ * hoop_group_start() and hoop_group_end() calls are queued and run
+ * together at hoop_group_end(), so that matching sends and receives
+ * between several peers cannot deadlock; messages between two ranks match
+ * in call order.  A rank may send to itself inside a group.  A group
+ * spans one communicator.
+ */
+HOOP_API hoop_result_t hoop_send(hoop_comm_t comm, const void *buf,
+                                 size_t count, hoop_dtype_t dtype, int peer,
+                                 hoop_stream_t stream);
+HOOP_API hoop_result_t hoop_recv(hoop_comm_t comm, void *buf, size_t count,
+                                 hoop_dtype_t dtype, int peer,
+                                 hoop_stream_t stream);
+HOOP_API hoop_result_t hoop_group_start(void);
+HOOP_API hoop_result_t hoop_group_end(void);
+
+/*
+ * alltoall: block p of rank r's sendbuf (count elements) lands in block r
+ *   of rank p's recvbuf.  sendbuf and recvbuf must not overlap.
+ */
+HOOP_API hoop_result_t hoop_alltoall(hoop_comm_t comm, const void *sendbuf,
+                                     void *recvbuf, size_t count,
+                                     hoop_dtype_t dtype,
+                                     hoop_stream_t stream);
+
+/* Chooses the all-reduce, broadcast and reduce algorithm of this comm. */
+HOOP_API hoop_result_t hoop_comm_set_algo(hoop_comm_t comm, hoop_algo_t algo);
+HOOP_API const char *hoop_algo_name(hoop_algo_t algo);
+
+/*
+ * The cost model behind HOOP_ALGO_AUTO: predicted seconds of `coll` with
+ * `algo` for `bytes` on this communicator, from its alpha (seconds per
+ * message) and beta (seconds per byte) per link.
+ */
+HOOP_API hoop_result_t hoop_comm_predict(hoop_comm_t comm, hoop_coll_t coll,
+                                         hoop_algo_t algo, size_t bytes,
+                                         double *seconds);
+HOOP_API hoop_result_t hoop_comm_get_model(hoop_comm_t comm, double *alpha_s,
+                                           double *beta_s_per_byte);
+
+/*
+ * Counters, per communicator.  Bytes are payload (what the schedule moves),
+ * not headers; time is wall time inside the calls.
+ */
+typedef struct hoop_coll_stats {
+  uint64_t calls;
+  uint64_t time_ns;
+  uint64_t bytes_sent;
+  uint64_t bytes_received;
+} hoop_coll_stats_t;
+
+typedef struct hoop_stats {
+  uint64_t bytes_sent;     /* to all peers */
+  uint64_t bytes_received; /* from all peers */
+  hoop_coll_stats_t by_coll[HOOP_COLL_COUNT][HOOP_ALGO_COUNT];
+} hoop_stats_t;
+
+HOOP_API hoop_result_t hoop_comm_get_stats(hoop_comm_t comm,
+                                           hoop_stats_t *stats);
+HOOP_API hoop_result_t hoop_comm_get_peer_bytes(hoop_comm_t comm, int peer,
+                                                uint64_t *sent,
+                                                uint64_t *received);
+HOOP_API hoop_result_t hoop_comm_reset_stats(hoop_comm_t comm);
 
 #ifdef __cplusplus
 }

@@ -1,13 +1,16 @@
 /*
- * The public collectives: argument checks, then the ring schedule run by
- * the engine.  A failure that involves a peer breaks the communicator (and
- * shuts its connections so the other ranks fail at once too); an argument
- * error returns before any byte moves and leaves it usable.
+ * The public collectives: argument checks, the choice of algorithm, then
+ * the algorithm's plan run by the engine, with its traffic counted.  A
+ * failure that involves a peer breaks the communicator (and shuts its
+ * connections so the other ranks fail at once too); an argument error
+ * returns before any byte moves and leaves it usable.
  */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "collectives/algorithms.h"
+#include "collectives/model.h"
 #include "collectives/ring.h"
 #include "core/bootstrap.h"
 #include "core/comm.h"
@@ -15,22 +18,14 @@
 #include "core/error.h"
 #include "transport/transport.h"
 
-struct call {
-  enum hoop_coll coll;
-  const void *send;
-  void *recv;
-  size_t count; /* elements of the whole buffer */
-  size_t bytes;
-  hoop_dtype_t dtype;
-  hoop_op_t op;
-  size_t elem_size;
-};
-
-static const char *api_name(enum hoop_coll coll) {
+static const char *api_name(hoop_coll_t coll) {
   switch (coll) {
   case HOOP_COLL_ALLREDUCE: return "hoop_allreduce";
   case HOOP_COLL_REDUCE_SCATTER: return "hoop_reduce_scatter";
   case HOOP_COLL_ALLGATHER: return "hoop_allgather";
+  case HOOP_COLL_BROADCAST: return "hoop_broadcast";
+  case HOOP_COLL_REDUCE: return "hoop_reduce";
+  case HOOP_COLL_BARRIER: return "hoop_barrier";
   default: return "hoop collective";
   }
 }
@@ -40,11 +35,19 @@ static int overlap(const void *a, size_t alen, const void *b, size_t blen) {
   return alen > 0 && blen > 0 && x < y + blen && y < x + alen;
 }
 
+/* Which buffers this rank must pass for this collective. */
+static void needs_buffers(const struct hoop_comm *comm,
+                          const struct hoop_call *c, int *send, int *recv) {
+  int root = comm->rank == c->root;
+  *send = c->coll != HOOP_COLL_BROADCAST || root;
+  *recv = c->coll != HOOP_COLL_REDUCE || root;
+}
+
 /*
- * Checks the arguments shared by all collectives.  `per_rank` is the
- * element count the user passed; the whole buffer is `mult` times that.
+ * Checks the arguments every collective shares.  `per_rank` is the count
+ * the user passed; the whole buffer is `mult` times that.
  */
-static hoop_result_t check_args(struct hoop_comm *comm, struct call *c,
+static hoop_result_t check_args(struct hoop_comm *comm, struct hoop_call *c,
                                 size_t per_rank, size_t mult, int has_op) {
   const char *what = api_name(c->coll);
   c->elem_size = hoop_dtype_size(c->dtype);
@@ -55,6 +58,10 @@ static hoop_result_t check_args(struct hoop_comm *comm, struct call *c,
   if (has_op && (unsigned)c->op >= HOOP_OP_COUNT)
     return HOOP_ERROR(comm, HOOP_ERR_INVALID_ARGUMENT,
                       "%s: op %d is not a hoop_op_t", what, (int)c->op);
+  if (c->root < 0 || c->root >= comm->nranks)
+    return HOOP_ERROR(comm, HOOP_ERR_INVALID_ARGUMENT,
+                      "%s: root %d is outside 0..%d", what, c->root,
+                      comm->nranks - 1);
   if (per_rank > SIZE_MAX / mult / c->elem_size ||
       per_rank * mult > INT64_MAX / c->elem_size)
     return HOOP_ERROR(comm, HOOP_ERR_INVALID_ARGUMENT,
@@ -62,10 +69,14 @@ static hoop_result_t check_args(struct hoop_comm *comm, struct call *c,
                       per_rank, hoop_dtype_name(c->dtype));
   c->count = per_rank * mult;
   c->bytes = c->count * c->elem_size;
-  if (per_rank > 0 && (c->send == NULL || c->recv == NULL))
+  int need_send, need_recv;
+  needs_buffers(comm, c, &need_send, &need_recv);
+  if (per_rank > 0 && ((need_send && c->send == NULL) ||
+                       (need_recv && c->recv == NULL)))
     return HOOP_ERROR(comm, HOOP_ERR_INVALID_ARGUMENT,
                       "%s: %s is NULL with count %zu", what,
-                      c->send == NULL ? "sendbuf" : "recvbuf", per_rank);
+                      need_send && c->send == NULL ? "sendbuf" : "recvbuf",
+                      per_rank);
   return HOOP_SUCCESS;
 }
 
@@ -74,20 +85,22 @@ static hoop_result_t check_args(struct hoop_comm *comm, struct call *c,
  * bytes the call has already overwritten.
  */
 static hoop_result_t check_aliasing(struct hoop_comm *comm,
-                                    const struct call *c, size_t block) {
+                                    const struct hoop_call *c, size_t block) {
   const char *s = c->send;
   const char *r = c->recv;
   size_t own = (size_t)comm->rank * block;
-  int ok;
+  int need_send, need_recv, ok = 1;
+  needs_buffers(comm, c, &need_send, &need_recv);
   switch (c->coll) {
-  case HOOP_COLL_ALLREDUCE:
-    ok = s == r || !overlap(s, c->bytes, r, c->bytes);
-    break;
   case HOOP_COLL_REDUCE_SCATTER:
     ok = r == s + own || !overlap(s, c->bytes, r, block);
     break;
-  default:
+  case HOOP_COLL_ALLGATHER:
     ok = s == r + own || !overlap(s, block, r, c->bytes);
+    break;
+  default:
+    ok = !need_send || !need_recv || s == r ||
+         !overlap(s, c->bytes, r, c->bytes);
     break;
   }
   if (!ok)
@@ -96,15 +109,6 @@ static hoop_result_t check_aliasing(struct hoop_comm *comm,
                       "in-place layout",
                       api_name(c->coll));
   return HOOP_SUCCESS;
-}
-
-/*
- * One rank: the result is the input (AVG over one rank included); for
- * all-gather the copy above already made it.
- */
-static void run_single(const struct call *c) {
-  if (c->coll != HOOP_COLL_ALLGATHER && c->send != c->recv && c->bytes > 0)
-    memmove(c->recv, c->send, c->bytes);
 }
 
 /* Channels only pay once every one gets at least a slice per chunk. */
@@ -117,10 +121,10 @@ static int channels_for(const struct hoop_comm *comm, size_t bytes) {
 }
 
 /*
- * How many slices each step may run ahead of the next.  Slices that are
- * only copied or reduced into the result need no buffer, so then a step
- * may run a whole chunk ahead; forwarded slices wait in the outbox, whose
- * budget (HOOP_PIPELINE_BYTES) bounds the depth.
+ * How many slices each ring step may run ahead of the next.  Slices that
+ * are only copied or reduced into the result need no buffer, so then a
+ * step may run a whole chunk ahead; forwarded slices wait in the outbox,
+ * whose budget (HOOP_PIPELINE_BYTES) bounds the depth.
  */
 static size_t pipeline_depth(const struct hoop_comm *comm, int forwards) {
   if (forwards == 0)
@@ -130,59 +134,75 @@ static size_t pipeline_depth(const struct hoop_comm *comm, int forwards) {
   return ticks > 2 ? ticks - 1 : 1;
 }
 
-static void stamp_header(struct hoop_plan *plan, const struct call *c,
-                         size_t header_count, int nch, size_t depth) {
+static hoop_result_t build_ring(struct hoop_plan *plan,
+                                const struct hoop_call *c) {
   struct hoop_comm *comm = plan->comm;
-  plan->header = (struct hoop_wire_header){
-      .magic = HOOP_WIRE_MAGIC,
-      .version = HOOP_WIRE_VERSION,
-      .coll = (uint8_t)c->coll,
-      .dtype = (uint8_t)c->dtype,
-      .op = (uint8_t)c->op,
-      .seq = comm->seq,
-      .count = header_count,
-      .slice_bytes = (uint32_t)comm->slice_bytes,
-      .root = -1,
-      .sender = comm->rank,
-      .depth = (uint32_t)(depth < UINT32_MAX ? depth : UINT32_MAX),
-      .nchannels = (uint16_t)nch,
-      .algo = 1,
-  };
-}
-
-static hoop_result_t run_ring(struct hoop_comm *comm, const struct call *c,
-                              size_t header_count) {
-  hoop_result_t res;
   int n = comm->nranks;
   int nch = channels_for(comm, c->bytes);
   int forwards = c->coll == HOOP_COLL_ALLGATHER ? 0 : n - 2;
   size_t depth = pipeline_depth(comm, forwards);
   size_t slots = hoop__ring_outbox_slots(c->coll, n, depth);
-  struct hoop_plan plan;
-  hoop__plan_init(&plan, comm, c->dtype, c->op);
-  stamp_header(&plan, c, header_count, nch, depth);
   char *outbox = NULL;
+  plan->header.nchannels = (uint16_t)nch;
+  plan->header.depth = (uint32_t)(depth < UINT32_MAX ? depth : UINT32_MAX);
   if (slots > 0)
-    HOOP_CHECK_GOTO(hoop__comm_scratch(comm,
-                                       slots * comm->slice_bytes *
-                                           (size_t)nch,
-                                       (void **)&outbox),
-                    res, out);
+    HOOP_CHECK(hoop__comm_scratch(comm, slots * comm->slice_bytes *
+                                            (size_t)nch,
+                                  (void **)&outbox));
   struct hoop_ring_call rc = {
       .coll = c->coll,
       .nchannels = nch,
       .count = c->count,
       .send = c->send,
       .recv = c->recv,
-      .slice_bytes = comm->slice_bytes / c->elem_size * c->elem_size,
+      .slice_bytes = c->slice_bytes,
       .depth = depth,
       .outbox = outbox,
       .outbox_slots = slots,
   };
-  HOOP_CHECK_GOTO(hoop__ring_build(&plan, &rc), res, out);
-  res = hoop__engine_run(&plan);
-out:
-  if (res != HOOP_SUCCESS && res != HOOP_ERR_NO_MEMORY) {
+  return hoop__ring_build(plan, &rc);
+}
+
+static hoop_result_t build(struct hoop_plan *plan, const struct hoop_call *c) {
+  if (c->coll == HOOP_COLL_BROADCAST || c->coll == HOOP_COLL_REDUCE)
+    return c->algo == HOOP_ALGO_TREE ? hoop__tree_build(plan, c)
+                                     : hoop__chain_build(plan, c);
+  switch (c->algo) {
+  case HOOP_ALGO_TREE: return hoop__tree_build(plan, c);
+  case HOOP_ALGO_PS: return hoop__ps_build(plan, c);
+  default: return build_ring(plan, c);
+  }
+}
+
+/*
+ * Runs one collective whose arguments are checked.  `label` is what the
+ * header and the counters call it (a barrier runs as an all-reduce).
+ */
+static hoop_result_t run_plan(struct hoop_comm *comm, struct hoop_call *c,
+                              hoop_coll_t label, size_t header_count) {
+  long long t0 = hoop__now_ns();
+  struct hoop_plan plan;
+  hoop__plan_init(&plan, comm, c->dtype, c->op);
+  plan.header = (struct hoop_wire_header){
+      .magic = HOOP_WIRE_MAGIC,
+      .version = HOOP_WIRE_VERSION,
+      .coll = (uint8_t)label,
+      .dtype = (uint8_t)c->dtype,
+      .op = (uint8_t)c->op,
+      .seq = comm->seq,
+      .count = header_count,
+      .slice_bytes = (uint32_t)comm->slice_bytes,
+      .root = c->root,
+      .sender = comm->rank,
+      .nchannels = 1,
+      .algo = (uint8_t)c->algo,
+  };
+  hoop_result_t res = build(&plan, c);
+  if (res == HOOP_SUCCESS)
+    res = hoop__engine_run(&plan);
+  if (res == HOOP_SUCCESS) {
+    hoop__stats_count(comm, &plan, label, c->algo, hoop__now_ns() - t0);
+  } else if (res != HOOP_ERR_NO_MEMORY) {
     char call_desc[240], cause[HOOP_ERROR_MAX];
     hoop__describe_call(&plan.header, call_desc, sizeof call_desc);
     memcpy(cause, comm->last_error, sizeof cause);
@@ -195,29 +215,48 @@ out:
 }
 
 /*
+ * One rank: the result is the input (AVG over one rank included); for
+ * all-gather and broadcast run() already copied it.
+ */
+static void run_single(const struct hoop_call *c) {
+  if (c->coll != HOOP_COLL_ALLGATHER && c->coll != HOOP_COLL_BROADCAST &&
+      c->recv != NULL && c->send != c->recv && c->bytes > 0)
+    memmove(c->recv, c->send, c->bytes);
+}
+
+/*
  * `per_rank` is the count the user passed; for reduce-scatter and
  * all-gather it is one rank's block of a buffer nranks times larger.
  */
-static hoop_result_t run(struct hoop_comm *comm, struct call *c,
-                         size_t per_rank) {
+static hoop_result_t run(struct hoop_comm *comm, struct hoop_call *c,
+                         size_t per_rank, hoop_coll_t label) {
   hoop_result_t res = HOOP_SUCCESS;
-  HOOP_CHECK(hoop__comm_enter(comm, api_name(c->coll)));
-  int blocks = c->coll != HOOP_COLL_ALLREDUCE;
+  HOOP_CHECK(hoop__comm_enter(comm, api_name(label)));
+  int blocks = c->coll == HOOP_COLL_REDUCE_SCATTER ||
+               c->coll == HOOP_COLL_ALLGATHER;
   size_t mult = blocks ? (size_t)comm->nranks : 1;
-  HOOP_CHECK_GOTO(check_args(comm, c, per_rank, mult,
-                             c->coll != HOOP_COLL_ALLGATHER),
-                  res, out);
+  int has_op = c->coll != HOOP_COLL_ALLGATHER &&
+               c->coll != HOOP_COLL_BROADCAST;
+  HOOP_CHECK_GOTO(check_args(comm, c, per_rank, mult, has_op), res, out);
   HOOP_CHECK_GOTO(check_aliasing(comm, c, per_rank * c->elem_size), res,
                   out);
+  c->slice_bytes = comm->slice_bytes / c->elem_size * c->elem_size;
+  c->algo = hoop__choose_algo(comm, c->coll, c->bytes);
   comm->seq++;
   /* The ring never sends a rank its own block; all-gather copies it. */
-  char *own = (char *)c->recv + (size_t)comm->rank * per_rank * c->elem_size;
-  if (c->coll == HOOP_COLL_ALLGATHER && c->send != own && per_rank > 0)
-    memcpy(own, c->send, per_rank * c->elem_size);
+  if (c->coll == HOOP_COLL_ALLGATHER && per_rank > 0) {
+    char *own = c->recv + (size_t)comm->rank * per_rank * c->elem_size;
+    if (c->send != own)
+      memcpy(own, c->send, per_rank * c->elem_size);
+  }
+  /* A broadcast root keeps its own data: only the others receive it. */
+  if (c->coll == HOOP_COLL_BROADCAST && comm->rank == c->root &&
+      c->send != c->recv && c->bytes > 0)
+    memmove(c->recv, c->send, c->bytes);
   if (comm->nranks == 1)
     run_single(c);
   else
-    res = run_ring(comm, c, per_rank);
+    res = run_plan(comm, c, label, per_rank);
 out:
   hoop__comm_leave(comm);
   return res;
@@ -226,25 +265,51 @@ out:
 hoop_result_t hoop_allreduce(hoop_comm_t comm, const void *sendbuf,
                              void *recvbuf, size_t count, hoop_dtype_t dtype,
                              hoop_op_t op, hoop_stream_t stream) {
-  struct call c = {.coll = HOOP_COLL_ALLREDUCE, .send = sendbuf,
-                   .recv = recvbuf, .dtype = dtype, .op = op};
-  return run(comm, &c, count);
+  struct hoop_call c = {.coll = HOOP_COLL_ALLREDUCE, .send = sendbuf,
+                        .recv = recvbuf, .dtype = dtype, .op = op};
+  return run(comm, &c, count, HOOP_COLL_ALLREDUCE);
 }
 
 hoop_result_t hoop_reduce_scatter(hoop_comm_t comm, const void *sendbuf,
                                   void *recvbuf, size_t recvcount,
                                   hoop_dtype_t dtype, hoop_op_t op,
                                   hoop_stream_t stream) {
-  struct call c = {.coll = HOOP_COLL_REDUCE_SCATTER, .send = sendbuf,
-                   .recv = recvbuf, .dtype = dtype, .op = op};
-  return run(comm, &c, recvcount);
+  struct hoop_call c = {.coll = HOOP_COLL_REDUCE_SCATTER, .send = sendbuf,
+                        .recv = recvbuf, .dtype = dtype, .op = op};
+  return run(comm, &c, recvcount, HOOP_COLL_REDUCE_SCATTER);
 }
 
 hoop_result_t hoop_allgather(hoop_comm_t comm, const void *sendbuf,
                              void *recvbuf, size_t sendcount,
                              hoop_dtype_t dtype, hoop_stream_t stream) {
   /* The op travels in the header; all-gather's is fixed. */
-  struct call c = {.coll = HOOP_COLL_ALLGATHER, .send = sendbuf,
-                   .recv = recvbuf, .dtype = dtype, .op = HOOP_SUM};
-  return run(comm, &c, sendcount);
+  struct hoop_call c = {.coll = HOOP_COLL_ALLGATHER, .send = sendbuf,
+                        .recv = recvbuf, .dtype = dtype, .op = HOOP_SUM};
+  return run(comm, &c, sendcount, HOOP_COLL_ALLGATHER);
+}
+
+hoop_result_t hoop_broadcast(hoop_comm_t comm, const void *sendbuf,
+                             void *recvbuf, size_t count, hoop_dtype_t dtype,
+                             int root, hoop_stream_t stream) {
+  struct hoop_call c = {.coll = HOOP_COLL_BROADCAST, .send = sendbuf,
+                        .recv = recvbuf, .dtype = dtype, .op = HOOP_SUM,
+                        .root = root};
+  return run(comm, &c, count, HOOP_COLL_BROADCAST);
+}
+
+hoop_result_t hoop_reduce(hoop_comm_t comm, const void *sendbuf,
+                          void *recvbuf, size_t count, hoop_dtype_t dtype,
+                          hoop_op_t op, int root, hoop_stream_t stream) {
+  struct hoop_call c = {.coll = HOOP_COLL_REDUCE, .send = sendbuf,
+                        .recv = recvbuf, .dtype = dtype, .op = op,
+                        .root = root};
+  return run(comm, &c, count, HOOP_COLL_REDUCE);
+}
+
+hoop_result_t hoop_barrier(hoop_comm_t comm) {
+  /* One byte all-reduced: every rank must have sent before any finishes. */
+  char token = 0;
+  struct hoop_call c = {.coll = HOOP_COLL_ALLREDUCE, .send = &token,
+                        .recv = &token, .dtype = HOOP_U8, .op = HOOP_SUM};
+  return run(comm, &c, 1, HOOP_COLL_BARRIER);
 }

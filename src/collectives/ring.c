@@ -16,7 +16,7 @@ void hoop__ring_chunk(size_t count, int n, int i, size_t *off, size_t *len) {
   *off = idx * base + (idx < extra ? idx : extra);
 }
 
-int hoop__ring_nsteps(enum hoop_coll coll, int n) {
+int hoop__ring_nsteps(hoop_coll_t coll, int n) {
   return coll == HOOP_COLL_ALLREDUCE ? 2 * (n - 1) : n - 1;
 }
 
@@ -25,7 +25,7 @@ int hoop__ring_nsteps(enum hoop_coll coll, int n) {
  * leaves rank r holding chunk r, which is where NCCL's reduce-scatter puts
  * rank r's block and where all-gather starts from.
  */
-int hoop__ring_out_chunk(enum hoop_coll coll, int rank, int n, int step) {
+int hoop__ring_out_chunk(hoop_coll_t coll, int rank, int n, int step) {
   switch (coll) {
   case HOOP_COLL_REDUCE_SCATTER:
     return mod(rank - step - 1, n);
@@ -37,14 +37,14 @@ int hoop__ring_out_chunk(enum hoop_coll coll, int rank, int n, int step) {
   }
 }
 
-enum hoop_ring_action hoop__ring_action(enum hoop_coll coll, int n,
+enum hoop_ring_action hoop__ring_action(hoop_coll_t coll, int n,
                                         int step) {
   if (coll == HOOP_COLL_ALLGATHER || step >= n - 1)
     return HOOP_RING_COPY;
   return step < n - 2 ? HOOP_RING_FORWARD : HOOP_RING_FINAL;
 }
 
-size_t hoop__ring_outbox_slots(enum hoop_coll coll, int n, size_t depth) {
+size_t hoop__ring_outbox_slots(hoop_coll_t coll, int n, size_t depth) {
   int forwards = coll == HOOP_COLL_ALLGATHER ? 0 : n - 2;
   return forwards > 0 ? (depth + 1) * (size_t)forwards : 0;
 }

@@ -20,10 +20,10 @@
 void hoop__ring_chunk(size_t count, int n, int i, size_t *off, size_t *len);
 
 /* Steps of one rank's part: n-1 per phase. */
-int hoop__ring_nsteps(enum hoop_coll coll, int n);
+int hoop__ring_nsteps(hoop_coll_t coll, int n);
 
 /* The chunk `rank` sends at `step`; it receives out_chunk(step + 1). */
-int hoop__ring_out_chunk(enum hoop_coll coll, int rank, int n, int step);
+int hoop__ring_out_chunk(hoop_coll_t coll, int rank, int n, int step);
 
 /* What a received step does with its bytes. */
 enum hoop_ring_action {
@@ -32,11 +32,11 @@ enum hoop_ring_action {
   HOOP_RING_COPY,    /* copy into the result (and send on, if not last) */
 };
 
-enum hoop_ring_action hoop__ring_action(enum hoop_coll coll, int n,
+enum hoop_ring_action hoop__ring_action(hoop_coll_t coll, int n,
                                         int step);
 
 struct hoop_ring_call {
-  enum hoop_coll coll;
+  hoop_coll_t coll;
   int nchannels;
   size_t count; /* elements of the whole buffer (nranks * block for RS/AG) */
   const char *send;
@@ -51,7 +51,7 @@ struct hoop_ring_call {
  * Slices the ring's forwarding steps keep in the outbox per channel: one
  * tick more than `depth`, for every forwarding step.
  */
-size_t hoop__ring_outbox_slots(enum hoop_coll coll, int n, size_t depth);
+size_t hoop__ring_outbox_slots(hoop_coll_t coll, int n, size_t depth);
 
 /* Adds this rank's ring ops for every channel to the plan. */
 hoop_result_t hoop__ring_build(struct hoop_plan *plan,

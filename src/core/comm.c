@@ -17,6 +17,7 @@
 
 #include "core/bootstrap.h"
 #include "core/error.h"
+#include "collectives/model.h"
 #include "core/param.h"
 #include "transport/transport.h"
 
@@ -360,6 +361,8 @@ static void comm_free(struct hoop_comm *comm) {
   hoop__sock_close(&comm->listen_fd);
   free(comm->conns);
   free(comm->peers);
+  free(comm->peer_sent);
+  free(comm->peer_received);
   free(comm->scratch);
   free(comm);
 }
@@ -373,6 +376,19 @@ static hoop_result_t apply_config(struct hoop_comm *comm,
   comm->sockbuf_bytes = (size_t)hoop__param_sockbuf_bytes();
   comm->pipeline_bytes = (size_t)hoop__param_pipeline_bytes();
   *ifname = getenv("HOOP_SOCKET_IFNAME");
+  comm->alpha_s = (double)hoop__param_alpha_ns() * 1e-9;
+  comm->beta_s = 1.0 / ((double)(hoop__param_link_mbps() > 0
+                                     ? hoop__param_link_mbps()
+                                     : 1) *
+                        1e6);
+  const char *algo = getenv("HOOP_ALGO");
+  if (algo != NULL && *algo != '\0') {
+    int a = hoop__parse_algo(algo);
+    if (a < 0)
+      return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
+                        "HOOP_ALGO=%s is not auto, ring, tree or ps", algo);
+    comm->algo = (hoop_algo_t)a;
+  }
   if (cfg != NULL) {
     if (cfg->size < sizeof(hoop_config_t) || cfg->version == 0 ||
         cfg->version > HOOP_CONFIG_VERSION)
@@ -437,7 +453,10 @@ hoop_result_t hoop__comm_create(struct hoop_comm **out, int nranks, int rank,
   comm->peers = calloc((size_t)nranks, sizeof *comm->peers);
   comm->conns = calloc((size_t)nranks * (size_t)comm->nsocks,
                        sizeof *comm->conns);
-  if (comm->peers == NULL || comm->conns == NULL) {
+  comm->peer_sent = calloc((size_t)nranks, sizeof *comm->peer_sent);
+  comm->peer_received = calloc((size_t)nranks, sizeof *comm->peer_received);
+  if (comm->peers == NULL || comm->conns == NULL ||
+      comm->peer_sent == NULL || comm->peer_received == NULL) {
     res = HOOP_ERROR(NULL, HOOP_ERR_NO_MEMORY, "communicator tables");
     goto out_free;
   }

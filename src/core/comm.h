@@ -52,6 +52,13 @@ struct hoop_comm {
   size_t sockbuf_bytes;
   size_t pipeline_bytes; /* outbox budget per channel */
   long long spin_ns;     /* busy-poll this long before sleeping */
+  hoop_algo_t algo;      /* HOOP_ALGO or hoop_comm_set_algo; AUTO asks */
+  double alpha_s;        /* cost model: seconds per message */
+  double beta_s;         /* cost model: seconds per byte on a link */
+
+  hoop_stats_t stats;
+  uint64_t *peer_sent;     /* [nranks] payload bytes */
+  uint64_t *peer_received; /* [nranks] */
 
   uint64_t seq; /* collectives started, the same on every rank */
   hoop_result_t broken; /* HOOP_SUCCESS, or the error that broke it */
@@ -99,6 +106,12 @@ void hoop__comm_break(struct hoop_comm *comm, hoop_result_t result);
  * that arrive meanwhile are kept for hoop__comm_open_socket().
  */
 hoop_result_t hoop__comm_check_notices(struct hoop_comm *comm, int wait_ms);
+
+struct hoop_plan;
+
+/* Adds what a finished plan moved, and its time, to the counters. */
+void hoop__stats_count(struct hoop_comm *comm, const struct hoop_plan *plan,
+                       hoop_coll_t label, hoop_algo_t algo, long long ns);
 
 /* Scratch of at least `bytes`, reused across calls. */
 hoop_result_t hoop__comm_scratch(struct hoop_comm *comm, size_t bytes,

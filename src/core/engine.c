@@ -15,7 +15,7 @@
 #define MAX_IOV 16
 #define MAX_POLL 64
 
-const char *hoop__coll_name(enum hoop_coll coll) {
+const char *hoop__coll_name(hoop_coll_t coll) {
   switch (coll) {
   case HOOP_COLL_ALLREDUCE: return "allreduce";
   case HOOP_COLL_REDUCE_SCATTER: return "reduce_scatter";
@@ -24,8 +24,9 @@ const char *hoop__coll_name(enum hoop_coll coll) {
   case HOOP_COLL_REDUCE: return "reduce";
   case HOOP_COLL_BARRIER: return "barrier";
   case HOOP_COLL_SENDRECV: return "send/recv";
+  case HOOP_COLL_ALLTOALL: return "alltoall";
+  default: return "unknown-collective";
   }
-  return "unknown-collective";
 }
 
 static const char *algo_name(int algo) {
@@ -37,7 +38,7 @@ void hoop__describe_call(const struct hoop_wire_header *h, char *buf,
                          size_t len) {
   snprintf(buf, len, "%s #%llu (count %llu, %s, %s, root %d, %s, slice %u, "
                      "%u channel(s), depth %u)",
-           hoop__coll_name((enum hoop_coll)h->coll),
+           hoop__coll_name((hoop_coll_t)h->coll),
            (unsigned long long)h->seq, (unsigned long long)h->count,
            hoop_dtype_name((hoop_dtype_t)h->dtype),
            hoop_op_name((hoop_op_t)h->op), h->root, algo_name(h->algo),
@@ -377,6 +378,9 @@ static hoop_result_t prepare(struct hoop_plan *p) {
     struct hoop_link *l = &p->links[i];
     l->header = p->header;
     l->header.link_bytes = l->bytes;
+    /* Messages must pair up one by one, not only add up to the same. */
+    if (p->header.coll == HOOP_COLL_SENDRECV)
+      l->header.count = l->signature;
     if (l->nops < 2)
       continue;
     struct keyed *k = malloc(sizeof *k * (size_t)l->nops);

@@ -31,18 +31,7 @@
 struct hoop_comm;
 struct hoop_conn;
 
-/* Collective ids travel in headers: never renumber. */
-enum hoop_coll {
-  HOOP_COLL_ALLREDUCE = 1,
-  HOOP_COLL_REDUCE_SCATTER = 2,
-  HOOP_COLL_ALLGATHER = 3,
-  HOOP_COLL_BROADCAST = 4,
-  HOOP_COLL_REDUCE = 5,
-  HOOP_COLL_BARRIER = 6,
-  HOOP_COLL_SENDRECV = 7,
-};
-
-const char *hoop__coll_name(enum hoop_coll coll);
+const char *hoop__coll_name(hoop_coll_t coll);
 
 /*
  * The first bytes of every collective on every link.  The receiver checks
@@ -102,6 +91,7 @@ struct hoop_link {
   int nops, cap;
   int cur;               /* first op not complete */
   uint64_t bytes;        /* payload of all ops */
+  uint64_t signature;    /* send/recv: the message sizes, hashed */
   size_t hdr_done;       /* header bytes sent or received */
   int want_poll;         /* waiting on the connection, not on an op */
 };

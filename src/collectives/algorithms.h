@@ -1,0 +1,49 @@
+/*
+ * What every algorithm's plan builder gets: one collective call, checked
+ * and sized.  Builders add this rank's ops to a plan and touch nothing
+ * else; collectives.c chooses the builder, runs the plan and counts it.
+ */
+#ifndef HOOP_ALGORITHMS_H
+#define HOOP_ALGORITHMS_H
+
+#include <stddef.h>
+
+#include "core/engine.h"
+
+struct hoop_call {
+  hoop_coll_t coll;
+  hoop_algo_t algo;
+  const char *send;
+  char *recv;
+  size_t count; /* elements of the whole buffer */
+  size_t bytes;
+  hoop_dtype_t dtype;
+  hoop_op_t op;
+  size_t elem_size;
+  int root;           /* broadcast, reduce and the parameter server */
+  size_t slice_bytes; /* a multiple of elem_size */
+};
+
+/* Double binary tree: allreduce, broadcast and reduce. */
+hoop_result_t hoop__tree_build(struct hoop_plan *plan,
+                               const struct hoop_call *call);
+
+/* Parameter server (root = call->root): allreduce. */
+hoop_result_t hoop__ps_build(struct hoop_plan *plan,
+                             const struct hoop_call *call);
+
+/* Pipelined chain from (broadcast) or to (reduce) the root. */
+hoop_result_t hoop__chain_build(struct hoop_plan *plan,
+                                const struct hoop_call *call);
+
+/* How many slices `bytes` makes (none for zero bytes), and slice j's length. */
+static inline size_t hoop__nslices(size_t bytes, size_t slice) {
+  return (bytes + slice - 1) / slice;
+}
+
+static inline size_t hoop__slice_len(size_t bytes, size_t slice, size_t j) {
+  size_t start = j * slice;
+  return bytes - start < slice ? bytes - start : slice;
+}
+
+#endif /* HOOP_ALGORITHMS_H */

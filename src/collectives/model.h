@@ -1,0 +1,27 @@
+/*
+ * The alpha-beta cost model: a message costs alpha seconds plus beta
+ * seconds per byte on the busiest link of the schedule.  It predicts each
+ * algorithm's time for a call and picks the cheapest; all ranks must pick
+ * the same, so its inputs are the communicator's size and settings (the
+ * header carries the choice, and ranks that differ fail loudly).
+ */
+#ifndef HOOP_MODEL_H
+#define HOOP_MODEL_H
+
+#include <stddef.h>
+
+#include "hoop.h"
+
+struct hoop_comm;
+
+double hoop__predict(const struct hoop_comm *comm, hoop_coll_t coll,
+                     hoop_algo_t algo, size_t bytes);
+
+/* The communicator's setting, or the model's cheapest when it is AUTO. */
+hoop_algo_t hoop__choose_algo(const struct hoop_comm *comm, hoop_coll_t coll,
+                              size_t bytes);
+
+/* Parses HOOP_ALGO's text; returns -1 when it names no algorithm. */
+int hoop__parse_algo(const char *text);
+
+#endif /* HOOP_MODEL_H */

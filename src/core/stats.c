@@ -1,0 +1,66 @@
+/* The public counters: what each communicator's collectives moved. */
+#include <string.h>
+
+#include "core/comm.h"
+#include "core/engine.h"
+#include "core/error.h"
+#include "transport/transport.h"
+
+void hoop__stats_count(struct hoop_comm *comm, const struct hoop_plan *plan,
+                       hoop_coll_t label, hoop_algo_t algo, long long ns) {
+  hoop_coll_stats_t *s = &comm->stats.by_coll[label][algo];
+  s->calls++;
+  s->time_ns += (uint64_t)ns;
+  for (int i = 0; i < plan->nlinks; i++) {
+    const struct hoop_link *l = &plan->links[i];
+    int peer = l->conn->peer;
+    if (l->send) {
+      comm->peer_sent[peer] += l->bytes;
+      comm->stats.bytes_sent += l->bytes;
+      s->bytes_sent += l->bytes;
+    } else {
+      comm->peer_received[peer] += l->bytes;
+      comm->stats.bytes_received += l->bytes;
+      s->bytes_received += l->bytes;
+    }
+  }
+}
+
+hoop_result_t hoop_comm_get_stats(hoop_comm_t comm, hoop_stats_t *stats) {
+  if (stats == NULL)
+    return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
+                      "hoop_comm_get_stats: stats is NULL");
+  HOOP_CHECK(hoop__comm_enter(comm, "hoop_comm_get_stats"));
+  *stats = comm->stats;
+  hoop__comm_leave(comm);
+  return HOOP_SUCCESS;
+}
+
+hoop_result_t hoop_comm_get_peer_bytes(hoop_comm_t comm, int peer,
+                                       uint64_t *sent, uint64_t *received) {
+  if (sent == NULL || received == NULL)
+    return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
+                      "hoop_comm_get_peer_bytes: NULL result");
+  HOOP_CHECK(hoop__comm_enter(comm, "hoop_comm_get_peer_bytes"));
+  hoop_result_t res = HOOP_SUCCESS;
+  if (peer < 0 || peer >= comm->nranks) {
+    res = HOOP_ERROR(comm, HOOP_ERR_INVALID_ARGUMENT,
+                     "hoop_comm_get_peer_bytes: peer %d is outside 0..%d",
+                     peer, comm->nranks - 1);
+  } else {
+    *sent = comm->peer_sent[peer];
+    *received = comm->peer_received[peer];
+  }
+  hoop__comm_leave(comm);
+  return res;
+}
+
+hoop_result_t hoop_comm_reset_stats(hoop_comm_t comm) {
+  HOOP_CHECK(hoop__comm_enter(comm, "hoop_comm_reset_stats"));
+  memset(&comm->stats, 0, sizeof comm->stats);
+  memset(comm->peer_sent, 0, sizeof *comm->peer_sent * (size_t)comm->nranks);
+  memset(comm->peer_received, 0,
+         sizeof *comm->peer_received * (size_t)comm->nranks);
+  hoop__comm_leave(comm);
+  return HOOP_SUCCESS;
+}
