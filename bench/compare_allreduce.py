@@ -325,7 +325,8 @@ def tool_line(argv):
     return out.splitlines()[0] if out else "unavailable"
 
 
-def machine_info(bins):
+def machine_info_basic():
+    """Date, machine, kernel, load and hoop's revision, for any report."""
     gpu = (tool_line(["nvidia-smi", "-L"]) if shutil.which("nvidia-smi")
            else "none")
     hoop_env = " ".join(f"{k}={v}" for k, v in sorted(os.environ.items())
@@ -339,10 +340,14 @@ def machine_info(bins):
         # The machine is shared: a high load explains a wide spread.
         "- Load average (1, 5, 15 min) at the end: "
         + " ".join(str(round(x, 2)) for x in os.getloadavg()),
-        f"- Open MPI: {tool_line([str(bins['mpirun']), '--version'])}",
         f"- hoop tree HEAD: {tool_line(['git', '-C', str(HERE), 'rev-parse', 'HEAD'])}",
         f"- HOOP_* environment: {hoop_env}",
     ]
+
+
+def machine_info(bins):
+    return machine_info_basic() + [
+        f"- Open MPI: {tool_line([str(bins['mpirun']), '--version'])}"]
 
 
 def fenced(text):

@@ -27,6 +27,7 @@ struct options {
   int iters, warmup, check;
   hoop_dtype_t dtype;
   hoop_op_t op;
+  hoop_algo_t algo;
   const char *json_path;
 };
 
@@ -83,19 +84,23 @@ static int parse_enum(const char *text, const char *(*name)(int), int n,
 
 static const char *dtype_name(int i) { return hoop_dtype_name(i); }
 static const char *op_name(int i) { return hoop_op_name(i); }
+static const char *algo_name(int i) { return hoop_algo_name(i); }
 
 static void usage(void) {
   printf("usage: hoop-bench [-b minbytes] [-e maxbytes] [-f factor] "
          "[-n iters] [-w warmup]\n"
-         "                  [-c 0|1] [-d dtype] [-o op] [-J file.json]\n"
+         "                  [-c 0|1] [-d dtype] [-o op] [-a algo] "
+         "[-J file.json]\n"
          "  dtypes: int8 uint8 int32 uint32 int64 uint64 half float double "
-         "bfloat16\n  ops: sum prod min max avg\n");
+         "bfloat16\n  ops: sum prod min max avg\n  algos: auto ring tree ps\n");
 }
 
 static struct options parse_options(int argc, char **argv) {
-  struct options o = {8, 64u << 20, 2, 20, 5, 1, HOOP_F32, HOOP_SUM, NULL};
+  struct options o = {8,        64u << 20, 2,    20,
+                      5,        1,         HOOP_F32, HOOP_SUM,
+                      HOOP_ALGO_AUTO, NULL};
   int ch;
-  while ((ch = getopt(argc, argv, "b:e:f:n:w:c:d:o:J:h")) != -1) {
+  while ((ch = getopt(argc, argv, "b:e:f:n:w:c:d:o:a:J:h")) != -1) {
     switch (ch) {
     case 'b': o.min_bytes = parse_size(optarg); break;
     case 'e': o.max_bytes = parse_size(optarg); break;
@@ -107,6 +112,9 @@ static struct options parse_options(int argc, char **argv) {
       o.dtype = parse_enum(optarg, dtype_name, HOOP_DTYPE_COUNT, "dtype");
       break;
     case 'o': o.op = parse_enum(optarg, op_name, HOOP_OP_COUNT, "op"); break;
+    case 'a':
+      o.algo = parse_enum(optarg, algo_name, HOOP_ALGO_P2P, "algorithm");
+      break;
     case 'J': o.json_path = optarg; break;
     case 'h': usage(); exit(0);
     default: usage(); exit(2);
@@ -223,11 +231,7 @@ static double now_us(void) {
   return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
 }
 
-static void barrier(struct ctx *c) {
-  int32_t token = 0;
-  CHECK(c, hoop_allreduce(c->comm, &token, &token, 1, HOOP_I32, HOOP_SUM,
-                          NULL));
-}
+static void barrier(struct ctx *c) { CHECK(c, hoop_barrier(c->comm)); }
 
 static void run_once(struct ctx *c, size_t count, int in_place) {
   const void *src = in_place ? c->recv : c->send;
@@ -278,9 +282,10 @@ static struct timing time_size(struct ctx *c, size_t count, int in_place) {
 }
 
 static void print_header(const struct ctx *c) {
-  printf("# hoop-bench allreduce: %d ranks, %s %s, %d warm-up and %d timed "
-         "iterations, check %s\n",
+  printf("# hoop-bench allreduce: %d ranks, %s %s, algorithm %s, %d warm-up "
+         "and %d timed iterations, check %s\n",
          c->nranks, hoop_dtype_name(c->opt.dtype), hoop_op_name(c->opt.op),
+         hoop_algo_name(c->opt.algo),
          c->opt.warmup, c->opt.iters, c->opt.check ? "on" : "off");
   printf("# time: median over iterations of the slowest rank; busbw = "
          "algbw * 2(N-1)/N\n");
@@ -337,6 +342,7 @@ int main(int argc, char **argv) {
   CHECK(NULL, hoop_comm_init_env(&c.comm, NULL));
   CHECK(&c, hoop_comm_rank(c.comm, &c.rank));
   CHECK(&c, hoop_comm_size(c.comm, &c.nranks));
+  CHECK(&c, hoop_comm_set_algo(c.comm, c.opt.algo));
   size_t esz = hoop_dtype_size(c.opt.dtype);
   c.send = malloc(c.opt.max_bytes + esz);
   c.recv = malloc(c.opt.max_bytes + esz);

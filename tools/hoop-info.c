@@ -1,0 +1,96 @@
+/*
+ * hoop-info: what a communicator looks like and what its cost model
+ * predicts.  Start it like any hoop program:
+ *
+ *   hoop-run -n 8 hoop-info          (or mpirun, torchrun, srun)
+ *
+ * Rank 0 prints the build, the ranks and their hosts, the model's alpha
+ * and beta (HOOP_ALPHA_NS, HOOP_LINK_MBPS), the predicted all-reduce time
+ * of each algorithm over a size sweep, which one AUTO picks, and the sizes
+ * at which the predicted winner changes.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "hoop.h"
+
+static void die(hoop_comm_t comm, const char *what, hoop_result_t res) {
+  fprintf(stderr, "hoop-info: %s: %s: %s\n", what, hoop_strerror(res),
+          comm != NULL ? hoop_comm_last_error(comm) : hoop_last_error());
+  exit(1);
+}
+
+static double predict(hoop_comm_t comm, hoop_algo_t algo, size_t bytes) {
+  double s;
+  hoop_result_t res =
+      hoop_comm_predict(comm, HOOP_COLL_ALLREDUCE, algo, bytes, &s);
+  if (res != HOOP_SUCCESS)
+    die(comm, "hoop_comm_predict", res);
+  return s;
+}
+
+/* The smallest size (to within 1%) at which `b` becomes cheaper than `a`. */
+static size_t crossover(hoop_comm_t comm, hoop_algo_t a, hoop_algo_t b) {
+  size_t lo = 1, hi = (size_t)1 << 40;
+  if (predict(comm, b, lo) <= predict(comm, a, lo) ||
+      predict(comm, b, hi) > predict(comm, a, hi))
+    return 0;
+  while (hi - lo > lo / 100 + 1) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (predict(comm, b, mid) <= predict(comm, a, mid))
+      hi = mid;
+    else
+      lo = mid;
+  }
+  return hi;
+}
+
+static void print_crossover(hoop_comm_t comm, hoop_algo_t a, hoop_algo_t b) {
+  size_t x = crossover(comm, a, b);
+  if (x == 0)
+    printf("#   %s -> %s: no crossover\n", hoop_algo_name(a), hoop_algo_name(b));
+  else
+    printf("#   %s -> %s: from %zu bytes (%.1f KiB) on\n", hoop_algo_name(a),
+           hoop_algo_name(b), x, x / 1024.0);
+}
+
+int main(void) {
+  hoop_comm_t comm;
+  hoop_result_t res = hoop_comm_init_env(&comm, NULL);
+  if (res != HOOP_SUCCESS)
+    die(NULL, "hoop_comm_init_env", res);
+  int rank, n;
+  hoop_comm_rank(comm, &rank);
+  hoop_comm_size(comm, &n);
+  if (rank == 0) {
+    double alpha, beta;
+    hoop_comm_get_model(comm, &alpha, &beta);
+    printf("# hoop %s, %d ranks\n", hoop_version_string(), n);
+    printf("# model: alpha %.1f us per message, beta %.3f ns per byte "
+           "(%.0f MB/s per link)\n",
+           alpha * 1e6, beta * 1e9, 1e-6 / beta);
+    printf("# predicted all-reduce time (us); AUTO picks the smallest\n");
+    printf("# %12s %12s %12s %12s %6s\n", "bytes", "ring", "tree", "ps",
+           "auto");
+    for (size_t bytes = 1024; bytes <= ((size_t)256 << 20); bytes *= 4) {
+      double ring = predict(comm, HOOP_ALGO_RING, bytes);
+      double tree = predict(comm, HOOP_ALGO_TREE, bytes);
+      double ps = predict(comm, HOOP_ALGO_PS, bytes);
+      double best = predict(comm, HOOP_ALGO_AUTO, bytes);
+      const char *pick = best == ring ? "ring" : best == tree ? "tree" : "ps";
+      printf("  %12zu %12.1f %12.1f %12.1f %6s\n", bytes, ring * 1e6,
+             tree * 1e6, ps * 1e6, pick);
+    }
+    printf("# predicted crossovers:\n");
+    print_crossover(comm, HOOP_ALGO_TREE, HOOP_ALGO_RING);
+    print_crossover(comm, HOOP_ALGO_PS, HOOP_ALGO_TREE);
+    print_crossover(comm, HOOP_ALGO_PS, HOOP_ALGO_RING);
+    fflush(stdout);
+  }
+  res = hoop_barrier(comm);
+  if (res != HOOP_SUCCESS)
+    die(comm, "hoop_barrier", res);
+  hoop_comm_destroy(comm);
+  return 0;
+}
