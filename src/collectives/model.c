@@ -2,29 +2,9 @@
 #include "collectives/model.h"
 
 #include <math.h>
-#include <string.h>
-#include <strings.h>
 
 #include "core/comm.h"
 #include "core/error.h"
-
-static const char *const algo_names[HOOP_ALGO_COUNT] = {
-    [HOOP_ALGO_AUTO] = "auto", [HOOP_ALGO_RING] = "ring",
-    [HOOP_ALGO_TREE] = "tree", [HOOP_ALGO_PS] = "ps",
-    [HOOP_ALGO_P2P] = "p2p",
-};
-
-const char *hoop_algo_name(hoop_algo_t algo) {
-  return (unsigned)algo < HOOP_ALGO_COUNT ? algo_names[algo] : "invalid-algo";
-}
-
-int hoop__parse_algo(const char *text) {
-  for (int a = HOOP_ALGO_AUTO; a <= HOOP_ALGO_PS; a++) {
-    if (strcasecmp(text, algo_names[a]) == 0)
-      return a;
-  }
-  return -1;
-}
 
 /*
  * Time on the busiest link.  Ring: 2(N-1) hops, each link carries

@@ -21,7 +21,4 @@ double hoop__predict(const struct hoop_comm *comm, hoop_coll_t coll,
 hoop_algo_t hoop__choose_algo(const struct hoop_comm *comm, hoop_coll_t coll,
                               size_t bytes);
 
-/* Parses HOOP_ALGO's text; returns -1 when it names no algorithm. */
-int hoop__parse_algo(const char *text);
-
 #endif /* HOOP_MODEL_H */

@@ -17,8 +17,8 @@
 
 #include "core/bootstrap.h"
 #include "core/error.h"
-#include "collectives/model.h"
 #include "core/param.h"
+#include "core/types.h"
 #include "transport/transport.h"
 
 /* ---- registry of live communicators ---------------------------------- */

@@ -1,6 +1,9 @@
-/* Names and sizes of the public dtypes and ops. */
+/* Names and sizes of the public dtypes, ops and algorithms. */
 #include "hoop.h"
 
+#include <strings.h>
+
+#include "core/types.h"
 #include "hoop_build_config.h"
 
 static const struct {
@@ -30,6 +33,24 @@ const char *hoop_dtype_name(hoop_dtype_t dtype) {
 
 const char *hoop_op_name(hoop_op_t op) {
   return ((unsigned)op < HOOP_OP_COUNT) ? op_names[op] : "invalid-op";
+}
+
+static const char *const algo_names[HOOP_ALGO_COUNT] = {
+    [HOOP_ALGO_AUTO] = "auto", [HOOP_ALGO_RING] = "ring",
+    [HOOP_ALGO_TREE] = "tree", [HOOP_ALGO_PS] = "ps",
+    [HOOP_ALGO_P2P] = "p2p",
+};
+
+const char *hoop_algo_name(hoop_algo_t algo) {
+  return (unsigned)algo < HOOP_ALGO_COUNT ? algo_names[algo] : "invalid-algo";
+}
+
+int hoop__parse_algo(const char *text) {
+  for (int a = HOOP_ALGO_AUTO; a <= HOOP_ALGO_PS; a++) {
+    if (strcasecmp(text, algo_names[a]) == 0)
+      return a;
+  }
+  return -1;
 }
 
 const char *hoop_version_string(void) { return HOOP_VERSION_STRING; }
