@@ -280,15 +280,26 @@ HOOP_API hoop_result_t hoop_comm_set_algo(hoop_comm_t comm, hoop_algo_t algo);
 HOOP_API const char *hoop_algo_name(hoop_algo_t algo);
 
 /*
- * The cost model behind HOOP_ALGO_AUTO: predicted seconds of `coll` with
- * `algo` for `bytes` on this communicator, from its alpha (seconds per
- * message) and beta (seconds per byte) per link.
+ * The cost model behind HOOP_ALGO_AUTO.  A schedule costs alpha per
+ * sequential message hop plus, across hosts, link_beta per byte on its
+ * busiest link; when every rank shares one host, host_beta per byte
+ * copied by its busiest rank (or by all ranks shared among the cores).
  */
+typedef struct hoop_model {
+  double alpha_s;          /* HOOP_ALPHA_NS */
+  double link_beta_s;      /* 1 / HOOP_LINK_MBPS */
+  double host_beta_s;      /* 1 / HOOP_HOST_MBPS */
+  int single_host;         /* every rank on this rank's host */
+  int host_cores;
+} hoop_model_t;
+
+HOOP_API hoop_result_t hoop_comm_get_model(hoop_comm_t comm,
+                                           hoop_model_t *model);
+
+/* Predicted seconds of `coll` with `algo` (AUTO: its pick) for `bytes`. */
 HOOP_API hoop_result_t hoop_comm_predict(hoop_comm_t comm, hoop_coll_t coll,
                                          hoop_algo_t algo, size_t bytes,
                                          double *seconds);
-HOOP_API hoop_result_t hoop_comm_get_model(hoop_comm_t comm, double *alpha_s,
-                                           double *beta_s_per_byte);
 
 /*
  * Counters, per communicator.  Bytes are payload (what the schedule moves),

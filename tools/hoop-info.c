@@ -4,8 +4,9 @@
  *
  *   hoop-run -n 8 hoop-info          (or mpirun, torchrun, srun)
  *
- * Rank 0 prints the build, the ranks and their hosts, the model's alpha
- * and beta (HOOP_ALPHA_NS, HOOP_LINK_MBPS), the predicted all-reduce time
+ * Rank 0 prints the build, whether the ranks share one host, the cost
+ * model's parameters (HOOP_ALPHA_NS, HOOP_LINK_MBPS or HOOP_HOST_MBPS), the
+ * predicted all-reduce time
  * of each algorithm over a size sweep, which one AUTO picks, and the sizes
  * at which the predicted winner changes.
  */
@@ -64,12 +65,19 @@ int main(void) {
   hoop_comm_rank(comm, &rank);
   hoop_comm_size(comm, &n);
   if (rank == 0) {
-    double alpha, beta;
-    hoop_comm_get_model(comm, &alpha, &beta);
-    printf("# hoop %s, %d ranks\n", hoop_version_string(), n);
-    printf("# model: alpha %.1f us per message, beta %.3f ns per byte "
-           "(%.0f MB/s per link)\n",
-           alpha * 1e6, beta * 1e9, 1e-6 / beta);
+    hoop_model_t m;
+    res = hoop_comm_get_model(comm, &m);
+    if (res != HOOP_SUCCESS)
+      die(comm, "hoop_comm_get_model", res);
+    printf("# hoop %s, %d ranks, %s\n", hoop_version_string(), n,
+           m.single_host ? "all on one host" : "on several hosts");
+    printf("# model: alpha %.1f us per hop; ", m.alpha_s * 1e6);
+    if (m.single_host)
+      printf("host copies at %.0f MB/s per core, %d cores "
+             "(HOOP_HOST_MBPS)\n",
+             1e-6 / m.host_beta_s, m.host_cores);
+    else
+      printf("links at %.0f MB/s (HOOP_LINK_MBPS)\n", 1e-6 / m.link_beta_s);
     printf("# predicted all-reduce time (us); AUTO picks the smallest\n");
     printf("# %12s %12s %12s %12s %6s\n", "bytes", "ring", "tree", "ps",
            "auto");

@@ -6,35 +6,84 @@
 #include "core/comm.h"
 #include "core/error.h"
 
-/*
- * Time on the busiest link.  Ring: 2(N-1) hops, each link carries
- * 2(N-1)/N of the buffer.  Double binary tree: 2 log2(N) hops; a rank is
- * an inner node of one tree (half the buffer up, twice half down) and a
- * leaf of the other (half up), 2B in all.  Parameter server: two hops,
- * the root's link carries 2(N-1)B.  Chains: N-1 hops, B per link; a
- * binary tree: log2(N) hops, 2B out of each inner node.
- */
-double hoop__predict(const struct hoop_comm *comm, hoop_coll_t coll,
-                     hoop_algo_t algo, size_t bytes) {
-  double n = comm->nranks, b = (double)bytes;
-  double a = comm->alpha_s, beta = comm->beta_s;
-  double hops_log = ceil(log2(n > 1 ? n : 2));
+/* Sequential message hops of a schedule: what alpha multiplies. */
+static double hops(hoop_coll_t coll, hoop_algo_t algo, double n) {
+  double log_n = ceil(log2(n > 1 ? n : 2));
   switch (coll) {
   case HOOP_COLL_ALLREDUCE:
   case HOOP_COLL_BARRIER:
-    if (algo == HOOP_ALGO_TREE)
-      return 2 * hops_log * a + 2 * b * beta;
-    if (algo == HOOP_ALGO_PS)
-      return 2 * a + 2 * (n - 1) * b * beta;
-    return 2 * (n - 1) * a + 2 * (n - 1) / n * b * beta;
+    return algo == HOOP_ALGO_TREE ? 2 * log_n
+           : algo == HOOP_ALGO_PS ? 2
+                                  : 2 * (n - 1);
   case HOOP_COLL_BROADCAST:
   case HOOP_COLL_REDUCE:
-    if (algo == HOOP_ALGO_TREE)
-      return hops_log * a + 2 * b * beta;
-    return (n - 1) * a + b * beta;
+    return algo == HOOP_ALGO_TREE ? log_n : n - 1;
   default:
-    return (n - 1) * a + (n - 1) / n * b * beta;
+    return n - 1;
   }
+}
+
+/*
+ * Bytes on the busiest link (one direction) of a schedule moving k bytes.
+ * Ring: each link carries 2(N-1)/N of the buffer.  Double binary tree: a
+ * rank is an inner node of one tree (half up, twice half down) and a leaf
+ * of the other (half up), 2k out.  Parameter server: the root's link
+ * carries 2(N-1)k.  Chains k; a binary tree 2k out of each inner node.
+ */
+static double link_bytes(hoop_coll_t coll, hoop_algo_t algo, double n,
+                         double k) {
+  switch (coll) {
+  case HOOP_COLL_ALLREDUCE:
+  case HOOP_COLL_BARRIER:
+    return algo == HOOP_ALGO_TREE ? 2 * k
+           : algo == HOOP_ALGO_PS ? 2 * (n - 1) * k
+                                  : 2 * (n - 1) / n * k;
+  case HOOP_COLL_BROADCAST:
+  case HOOP_COLL_REDUCE:
+    return algo == HOOP_ALGO_TREE ? 2 * k : k;
+  default:
+    return (n - 1) / n * k;
+  }
+}
+
+/*
+ * On one host the "links" are the cores copying through the kernel: what
+ * counts is the bytes (sent plus received) of the busiest rank, or of all
+ * ranks shared among the cores, whichever is larger.  Every all-reduce
+ * schedule moves 4(N-1)k in all; they differ in how unevenly.
+ */
+static double host_bytes(const struct hoop_comm *comm, hoop_coll_t coll,
+                         hoop_algo_t algo, double n, double k) {
+  double busiest, total;
+  switch (coll) {
+  case HOOP_COLL_ALLREDUCE:
+  case HOOP_COLL_BARRIER:
+    total = 4 * (n - 1) * k;
+    busiest = algo == HOOP_ALGO_TREE ? (n > 2 ? 4 * k : 2 * k)
+              : algo == HOOP_ALGO_PS ? 2 * (n - 1) * k
+                                     : 4 * (n - 1) / n * k;
+    break;
+  case HOOP_COLL_BROADCAST:
+  case HOOP_COLL_REDUCE:
+    total = 2 * (n - 1) * k;
+    busiest = algo == HOOP_ALGO_TREE ? 3 * k : 2 * k;
+    break;
+  default:
+    total = 2 * (n - 1) * k;
+    busiest = 2 * (n - 1) / n * k;
+    break;
+  }
+  double cores = comm->host_cores < n ? comm->host_cores : n;
+  return busiest > total / cores ? busiest : total / cores;
+}
+
+double hoop__predict(const struct hoop_comm *comm, hoop_coll_t coll,
+                     hoop_algo_t algo, size_t bytes) {
+  double n = comm->nranks, k = (double)bytes;
+  double latency = hops(coll, algo, n) * comm->alpha_s;
+  if (comm->single_host)
+    return latency + host_bytes(comm, coll, algo, n, k) * comm->host_beta_s;
+  return latency + link_bytes(coll, algo, n, k) * comm->beta_s;
 }
 
 hoop_algo_t hoop__choose_algo(const struct hoop_comm *comm, hoop_coll_t coll,
@@ -89,14 +138,13 @@ hoop_result_t hoop_comm_predict(hoop_comm_t comm, hoop_coll_t coll,
   return HOOP_SUCCESS;
 }
 
-hoop_result_t hoop_comm_get_model(hoop_comm_t comm, double *alpha_s,
-                                  double *beta_s_per_byte) {
-  if (alpha_s == NULL || beta_s_per_byte == NULL)
+hoop_result_t hoop_comm_get_model(hoop_comm_t comm, hoop_model_t *model) {
+  if (model == NULL)
     return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
-                      "hoop_comm_get_model: NULL result");
+                      "hoop_comm_get_model: model is NULL");
   HOOP_CHECK(hoop__comm_enter(comm, "hoop_comm_get_model"));
-  *alpha_s = comm->alpha_s;
-  *beta_s_per_byte = comm->beta_s;
+  *model = (hoop_model_t){comm->alpha_s, comm->beta_s, comm->host_beta_s,
+                          comm->single_host, comm->host_cores};
   hoop__comm_leave(comm);
   return HOOP_SUCCESS;
 }

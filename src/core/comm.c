@@ -367,6 +367,8 @@ static void comm_free(struct hoop_comm *comm) {
   free(comm);
 }
 
+static int64_t mbps_at_least_1(int64_t mbps) { return mbps > 0 ? mbps : 1; }
+
 static hoop_result_t apply_config(struct hoop_comm *comm,
                                   const hoop_config_t *cfg,
                                   const char **ifname) {
@@ -377,10 +379,10 @@ static hoop_result_t apply_config(struct hoop_comm *comm,
   comm->pipeline_bytes = (size_t)hoop__param_pipeline_bytes();
   *ifname = getenv("HOOP_SOCKET_IFNAME");
   comm->alpha_s = (double)hoop__param_alpha_ns() * 1e-9;
-  comm->beta_s = 1.0 / ((double)(hoop__param_link_mbps() > 0
-                                     ? hoop__param_link_mbps()
-                                     : 1) *
+  comm->beta_s = 1.0 / ((double)mbps_at_least_1(hoop__param_link_mbps()) *
                         1e6);
+  comm->host_beta_s =
+      1.0 / ((double)mbps_at_least_1(hoop__param_host_mbps()) * 1e6);
   const char *algo = getenv("HOOP_ALGO");
   if (algo != NULL && *algo != '\0') {
     int a = hoop__parse_algo(algo);
@@ -423,17 +425,21 @@ static hoop_result_t apply_config(struct hoop_comm *comm,
 }
 
 /*
- * Busy-polling only pays when every local rank has a core; with more ranks
- * than cores a spinning rank steals the time its peer needs to answer.
+ * Where the ranks are: whether they all share this host, and how many
+ * cores it has.  Busy-polling only pays when every local rank has a core;
+ * with more ranks than cores a spinning rank steals the time its peer
+ * needs to answer.
  */
-static long long spin_budget_ns(const struct hoop_comm *comm) {
+static void learn_host(struct hoop_comm *comm) {
   int local = 0;
   for (int i = 0; i < comm->nranks; i++)
     local += comm->peers[i].host_hash == comm->peers[comm->rank].host_hash;
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  if (cores > 0 && local > cores)
-    return 0;
-  return (long long)hoop__param_spin_us() * 1000;
+  comm->host_cores = cores > 0 ? (int)cores : 1;
+  comm->single_host = local == comm->nranks;
+  comm->spin_ns = local > comm->host_cores
+                      ? 0
+                      : (long long)hoop__param_spin_us() * 1000;
 }
 
 hoop_result_t hoop__comm_create(struct hoop_comm **out, int nranks, int rank,
@@ -461,7 +467,7 @@ hoop_result_t hoop__comm_create(struct hoop_comm **out, int nranks, int rank,
     goto out_free;
   }
   HOOP_CHECK_GOTO(hoop__bootstrap(comm, &uid, ifname), res, out_free);
-  comm->spin_ns = spin_budget_ns(comm);
+  learn_host(comm);
   /* Connect the ring now, so a bad network fails here and not mid-job. */
   if (nranks > 1) {
     for (int ch = 0; ch < comm->nsocks; ch++) {

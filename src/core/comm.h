@@ -55,6 +55,9 @@ struct hoop_comm {
   hoop_algo_t algo;      /* HOOP_ALGO or hoop_comm_set_algo; AUTO asks */
   double alpha_s;        /* cost model: seconds per message */
   double beta_s;         /* cost model: seconds per byte on a link */
+  double host_beta_s;    /* cost model: seconds per byte copied on a host */
+  int single_host;       /* every rank shares this rank's host */
+  int host_cores;        /* online cores of this host */
 
   hoop_stats_t stats;
   uint64_t *peer_sent;     /* [nranks] payload bytes */

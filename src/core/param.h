@@ -16,7 +16,8 @@
   X(pipeline_bytes, "HOOP_PIPELINE_BYTES", 4 * 1024 * 1024)                 \
   X(spin_us, "HOOP_SPIN_US", 200)                                           \
   X(alpha_ns, "HOOP_ALPHA_NS", 20000)                                        \
-  X(link_mbps, "HOOP_LINK_MBPS", 2000)
+  X(link_mbps, "HOOP_LINK_MBPS", 2000)                                       \
+  X(host_mbps, "HOOP_HOST_MBPS", 5000)
 
 #define HOOP_PARAM_DECLARE_(name, env, def) int64_t hoop__param_##name(void);
 HOOP_PARAMS(HOOP_PARAM_DECLARE_)
