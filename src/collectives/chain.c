@@ -12,13 +12,6 @@
 /* Partial-sum slots a middle rank of a reduce chain cycles through. */
 #define CHAIN_SLOTS 8
 
-static hoop_result_t add_op(struct hoop_plan *plan, int peer, int send,
-                            struct hoop_plan_op *op, int32_t *id) {
-  int link;
-  HOOP_CHECK(hoop__plan_link(plan, peer, 0, send, &link));
-  return hoop__plan_op(plan, link, op, id);
-}
-
 static hoop_result_t build_broadcast(struct hoop_plan *plan,
                                      const struct hoop_call *call, int pos,
                                      int prev, int next) {
@@ -32,14 +25,14 @@ static hoop_result_t build_broadcast(struct hoop_plan *plan,
                                 .bytes = (uint32_t)bytes,
                                 .dst = call->recv + at, .feed = HOOP_NO_OP,
                                 .after = HOOP_NO_OP, .key = hoop__key(j, 0)};
-      HOOP_CHECK(add_op(plan, prev, 0, &op, &got));
+      HOOP_CHECK(hoop__plan_add(plan, prev, 0, &op, &got));
       src = call->recv + at;
     }
     if (next >= 0) {
       struct hoop_plan_op op = {.kind = HOOP_OP_SEND, .bytes = (uint32_t)bytes,
                                 .src = src, .feed = got,
                                 .after = HOOP_NO_OP, .key = hoop__key(j, 0)};
-      HOOP_CHECK(add_op(plan, next, 1, &op, NULL));
+      HOOP_CHECK(hoop__plan_add(plan, next, 1, &op, NULL));
     }
   }
   return HOOP_SUCCESS;
@@ -73,7 +66,7 @@ static hoop_result_t build_reduce(struct hoop_plan *plan,
           .key = hoop__key(j, 0),
           .finish_avg = next < 0 && plan->op == HOOP_AVG,
       };
-      HOOP_CHECK(add_op(plan, prev, 0, &op, &sum));
+      HOOP_CHECK(hoop__plan_add(plan, prev, 0, &op, &sum));
       src = op.dst;
     }
     if (next >= 0) {
@@ -81,7 +74,7 @@ static hoop_result_t build_reduce(struct hoop_plan *plan,
                                 .src = src, .feed = sum,
                                 .after = HOOP_NO_OP, .key = hoop__key(j, 0)};
       int32_t sent;
-      HOOP_CHECK(add_op(plan, next, 1, &op, &sent));
+      HOOP_CHECK(hoop__plan_add(plan, next, 1, &op, &sent));
       if (slots != NULL)
         slot_reader[j % CHAIN_SLOTS] = sent;
     }

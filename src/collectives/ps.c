@@ -10,13 +10,6 @@
 #include "core/comm.h"
 #include "core/error.h"
 
-static hoop_result_t add_op(struct hoop_plan *plan, int peer, int send,
-                            struct hoop_plan_op *op, int32_t *id) {
-  int link;
-  HOOP_CHECK(hoop__plan_link(plan, peer, 0, send, &link));
-  return hoop__plan_op(plan, link, op, id);
-}
-
 static hoop_result_t build_worker(struct hoop_plan *plan,
                                   const struct hoop_call *call) {
   size_t slice = call->slice_bytes, nslices = hoop__nslices(call->bytes, slice);
@@ -26,13 +19,13 @@ static hoop_result_t build_worker(struct hoop_plan *plan,
                               .src = call->send + at, .feed = HOOP_NO_OP,
                               .after = HOOP_NO_OP, .key = hoop__key(j, 0)};
     int32_t sent;
-    HOOP_CHECK(add_op(plan, call->root, 1, &up, &sent));
+    HOOP_CHECK(hoop__plan_add(plan, call->root, 1, &up, &sent));
     /* In place, the result may only land once the input has gone. */
     struct hoop_plan_op down = {.kind = HOOP_OP_RECV_COPY,
                                 .bytes = (uint32_t)bytes,
                                 .dst = call->recv + at, .feed = HOOP_NO_OP,
                                 .after = sent, .key = hoop__key(j, 0)};
-    HOOP_CHECK(add_op(plan, call->root, 0, &down, NULL));
+    HOOP_CHECK(hoop__plan_add(plan, call->root, 0, &down, NULL));
   }
   /* A zero-byte call still exchanges headers, so it checks the peers. */
   int link;
@@ -61,13 +54,13 @@ static hoop_result_t build_root(struct hoop_plan *plan,
           .key = hoop__key(j, 0),
           .finish_avg = peer == last && plan->op == HOOP_AVG,
       };
-      HOOP_CHECK(add_op(plan, peer, 0, &op, &sum));
+      HOOP_CHECK(hoop__plan_add(plan, peer, 0, &op, &sum));
     }
     for (int i = 1; i < n; i++) {
       struct hoop_plan_op op = {.kind = HOOP_OP_SEND, .bytes = (uint32_t)bytes,
                                 .src = call->recv + at, .feed = sum,
                                 .after = HOOP_NO_OP, .key = hoop__key(j, 0)};
-      HOOP_CHECK(add_op(plan, (call->root + i) % n, 1, &op, NULL));
+      HOOP_CHECK(hoop__plan_add(plan, (call->root + i) % n, 1, &op, NULL));
     }
   }
   for (int i = 1; i < n; i++) {

@@ -45,13 +45,6 @@ struct tree_part {
   int up, down; /* which phases this call needs */
 };
 
-static hoop_result_t add_op(struct hoop_plan *plan, int peer, int send,
-                            struct hoop_plan_op *op, int32_t *id) {
-  int link;
-  HOOP_CHECK(hoop__plan_link(plan, peer, 0, send, &link));
-  return hoop__plan_op(plan, link, op, id);
-}
-
 /* Up: children's slices reduced into recv, then sent to the parent. */
 static hoop_result_t add_up(struct hoop_plan *plan, const struct tree_part *t,
                             size_t at, size_t bytes, uint64_t key,
@@ -72,7 +65,7 @@ static hoop_result_t add_up(struct hoop_plan *plan, const struct tree_part *t,
         .finish_avg = nd->parent < 0 && c == nd->nchildren - 1 &&
                       plan->op == HOOP_AVG,
     };
-    HOOP_CHECK(add_op(plan, nd->children[c], 0, &op, result));
+    HOOP_CHECK(hoop__plan_add(plan, nd->children[c], 0, &op, result));
     src = t->recv + at;
   }
   if (nd->parent < 0)
@@ -80,7 +73,7 @@ static hoop_result_t add_up(struct hoop_plan *plan, const struct tree_part *t,
   struct hoop_plan_op op = {.kind = HOOP_OP_SEND, .bytes = (uint32_t)bytes,
                             .src = src, .feed = *result,
                             .after = HOOP_NO_OP, .key = key};
-  return add_op(plan, nd->parent, 1, &op, sent);
+  return hoop__plan_add(plan, nd->parent, 1, &op, sent);
 }
 
 /*
@@ -99,14 +92,14 @@ static hoop_result_t add_down(struct hoop_plan *plan,
                               .bytes = (uint32_t)bytes, .dst = t->recv + at,
                               .feed = HOOP_NO_OP, .after = up_sent,
                               .key = key};
-    HOOP_CHECK(add_op(plan, nd->parent, 0, &op, &feed));
+    HOOP_CHECK(hoop__plan_add(plan, nd->parent, 0, &op, &feed));
     src = t->recv + at;
   }
   for (int c = 0; c < nd->nchildren; c++) {
     struct hoop_plan_op op = {.kind = HOOP_OP_SEND, .bytes = (uint32_t)bytes,
                               .src = src, .feed = feed,
                               .after = HOOP_NO_OP, .key = key};
-    HOOP_CHECK(add_op(plan, nd->children[c], 1, &op, NULL));
+    HOOP_CHECK(hoop__plan_add(plan, nd->children[c], 1, &op, NULL));
   }
   return HOOP_SUCCESS;
 }

@@ -121,6 +121,10 @@ hoop_result_t hoop__plan_link(struct hoop_plan *plan, int peer, int channel,
 hoop_result_t hoop__plan_op(struct hoop_plan *plan, int link,
                             const struct hoop_plan_op *op, int32_t *id);
 
+/* Appends an op to the link to or from `peer` on channel 0. */
+hoop_result_t hoop__plan_add(struct hoop_plan *plan, int peer, int send,
+                             struct hoop_plan_op *op, int32_t *id);
+
 /* Runs the plan to completion, or fails naming the peer. */
 hoop_result_t hoop__engine_run(struct hoop_plan *plan);
 

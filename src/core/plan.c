@@ -74,3 +74,10 @@ hoop_result_t hoop__plan_op(struct hoop_plan *plan, int link,
   plan->nops++;
   return HOOP_SUCCESS;
 }
+
+hoop_result_t hoop__plan_add(struct hoop_plan *plan, int peer, int send,
+                             struct hoop_plan_op *op, int32_t *id) {
+  int link;
+  HOOP_CHECK(hoop__plan_link(plan, peer, 0, send, &link));
+  return hoop__plan_op(plan, link, op, id);
+}
