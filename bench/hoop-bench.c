@@ -8,6 +8,13 @@
  * iteration's time is the slowest rank's and the reported time is the
  * median over iterations.  Results are checked against a closed form
  * before timing (-c 1) and the number of wrong elements is printed.
+ *
+ * -B 1 appends, after the 13 nccl-tests columns, the payload bytes one call
+ * moved (from hoop's own counters, around the checked out-of-place call):
+ * rank 0's bytes sent and received, the most any rank sent and received
+ * (the busiest link, each direction), the cost model's bytes per direction
+ * on the busiest link for the algorithm that ran, and that algorithm.  It
+ * is off by default because scripts that parse the rows expect 13 columns.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -24,11 +31,18 @@
 struct options {
   size_t min_bytes, max_bytes;
   size_t step_factor;
-  int iters, warmup, check;
+  int iters, warmup, check, traffic;
   hoop_dtype_t dtype;
   hoop_op_t op;
   hoop_algo_t algo;
   const char *json_path;
+};
+
+/* Payload bytes of one call, from hoop_comm_get_stats. */
+struct traffic {
+  uint64_t sent, received;         /* this rank's */
+  uint64_t max_sent, max_received; /* the most over ranks */
+  hoop_algo_t algo;                /* the algorithm the call used */
 };
 
 struct ctx {
@@ -90,17 +104,19 @@ static void usage(void) {
   printf("usage: hoop-bench [-b minbytes] [-e maxbytes] [-f factor] "
          "[-n iters] [-w warmup]\n"
          "                  [-c 0|1] [-d dtype] [-o op] [-a algo] "
-         "[-J file.json]\n"
+         "[-J file.json] [-B 0|1]\n"
          "  dtypes: int8 uint8 int32 uint32 int64 uint64 half float double "
-         "bfloat16\n  ops: sum prod min max avg\n  algos: auto ring tree ps\n");
+         "bfloat16\n  ops: sum prod min max avg\n  algos: auto ring tree ps\n"
+         "  -B 1: append bytes sent/received per call and the model's "
+         "busiest-link bytes\n");
 }
 
 static struct options parse_options(int argc, char **argv) {
-  struct options o = {8,        64u << 20, 2,    20,
-                      5,        1,         HOOP_F32, HOOP_SUM,
-                      HOOP_ALGO_AUTO, NULL};
+  struct options o = {8,        64u << 20, 2,        20,
+                      5,        1,         0,        HOOP_F32,
+                      HOOP_SUM, HOOP_ALGO_AUTO, NULL};
   int ch;
-  while ((ch = getopt(argc, argv, "b:e:f:n:w:c:d:o:a:J:h")) != -1) {
+  while ((ch = getopt(argc, argv, "b:e:f:n:w:c:d:o:a:J:B:h")) != -1) {
     switch (ch) {
     case 'b': o.min_bytes = parse_size(optarg); break;
     case 'e': o.max_bytes = parse_size(optarg); break;
@@ -116,6 +132,7 @@ static struct options parse_options(int argc, char **argv) {
       o.algo = parse_enum(optarg, algo_name, HOOP_ALGO_P2P, "algorithm");
       break;
     case 'J': o.json_path = optarg; break;
+    case 'B': o.traffic = atoi(optarg); break;
     case 'h': usage(); exit(0);
     default: usage(); exit(2);
     }
@@ -239,13 +256,61 @@ static void run_once(struct ctx *c, size_t count, int in_place) {
                           c->opt.op, NULL));
 }
 
-static long long check_result(struct ctx *c, size_t count, int in_place) {
+/*
+ * One call, counted: the counters are reset just before it and read just
+ * after, so they hold its payload alone (barriers and the gathers below
+ * fall outside).
+ */
+static void counted_call(struct ctx *c, size_t count, int in_place,
+                         struct traffic *tr) {
+  hoop_stats_t st;
+  CHECK(c, hoop_comm_reset_stats(c->comm));
+  run_once(c, count, in_place);
+  CHECK(c, hoop_comm_get_stats(c->comm, &st));
+  tr->sent = st.bytes_sent;
+  tr->received = st.bytes_received;
+  /* AUTO picks per size; the counters say what it picked.  One rank runs
+     no algorithm (it copies), which leaves AUTO. */
+  tr->algo = HOOP_ALGO_AUTO;
+  for (int a = HOOP_ALGO_RING; a < HOOP_ALGO_P2P; a++) {
+    if (st.by_coll[HOOP_COLL_ALLREDUCE][a].calls > 0)
+      tr->algo = (hoop_algo_t)a;
+  }
+  uint64_t most[2] = {tr->sent, tr->received};
+  CHECK(c, hoop_allreduce(c->comm, most, most, 2, HOOP_U64, HOOP_MAX, NULL));
+  tr->max_sent = most[0];
+  tr->max_received = most[1];
+}
+
+/*
+ * The cost model's payload bytes, each direction, on the busiest link for
+ * `bytes` per rank: the ring sends and receives 2(N-1)/N of the buffer on
+ * every link; the parameter server's root receives N-1 buffers and sends
+ * N-1 back (2(N-1)K both ways together, (N-1)K each way); a double binary
+ * tree node sends and receives at most 2K.
+ */
+static double model_link_bytes(hoop_algo_t algo, int n, size_t bytes) {
+  double k = (double)bytes;
+  switch (algo) {
+  case HOOP_ALGO_RING: return 2.0 * (n - 1) / n * k;
+  case HOOP_ALGO_PS: return (double)(n - 1) * k;
+  case HOOP_ALGO_TREE: return n > 1 ? 2.0 * k : 0;
+  default: return 0;
+  }
+}
+
+/* Checks one call's result; with -B 1 the out-of-place one is counted. */
+static long long check_result(struct ctx *c, size_t count, int in_place,
+                              struct traffic *tr) {
   if (!c->opt.check)
     return 0;
   fill(c, in_place ? c->recv : c->send, count);
   if (!in_place)
     memset(c->recv, 0, count * hoop_dtype_size(c->opt.dtype));
-  run_once(c, count, in_place);
+  if (tr != NULL)
+    counted_call(c, count, in_place, tr);
+  else
+    run_once(c, count, in_place);
   long long wrong = count_wrong(c, c->recv, count);
   CHECK(c, hoop_allreduce(c->comm, &wrong, &wrong, 1, HOOP_I64, HOOP_SUM,
                           NULL));
@@ -289,13 +354,24 @@ static void print_header(const struct ctx *c) {
          c->opt.warmup, c->opt.iters, c->opt.check ? "on" : "off");
   printf("# time: median over iterations of the slowest rank; busbw = "
          "algbw * 2(N-1)/N\n");
+  if (c->opt.traffic)
+    printf("# bytes: payload of one out-of-place call: rank 0's sent and "
+           "received, the most any rank sent and received, and the model's "
+           "bytes each way on the busiest link for the algorithm used\n");
   printf("#%62s%30s\n", "out-of-place", "in-place");
-  printf("# %10s %12s %8s %6s %6s %9s %7s %7s %6s %9s %7s %7s %6s\n", "size",
+  printf("# %10s %12s %8s %6s %6s %9s %7s %7s %6s %9s %7s %7s %6s", "size",
          "count", "type", "redop", "root", "time", "algbw", "busbw",
          "#wrong", "time", "algbw", "busbw", "#wrong");
-  printf("# %10s %12s %8s %6s %6s %9s %7s %7s %6s %9s %7s %7s %6s\n", "(B)",
+  if (c->opt.traffic)
+    printf(" %11s %11s %11s %11s %11s %5s", "sent", "recvd", "maxsent",
+           "maxrecvd", "model", "algo");
+  printf("\n# %10s %12s %8s %6s %6s %9s %7s %7s %6s %9s %7s %7s %6s", "(B)",
          "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)",
          "(GB/s)", "(GB/s)", "");
+  if (c->opt.traffic)
+    printf(" %11s %11s %11s %11s %11s %5s", "(B)", "(B)", "(B)", "(B)",
+           "(B)", "");
+  printf("\n");
 }
 
 /* Prints one row; returns the number of wrong elements it found. */
@@ -304,10 +380,16 @@ static long long bench_size(struct ctx *c, size_t count) {
   double factor = 2.0 * (c->nranks - 1) / c->nranks;
   struct timing t[2];
   long long wrong[2];
+  struct traffic tr = {0};
+  struct traffic *count_it = c->opt.traffic ? &tr : NULL;
+  /* Without checking there is no checked call to count: count one more. */
+  if (count_it != NULL && !c->opt.check)
+    counted_call(c, count, 0, count_it);
   for (int ip = 0; ip < 2; ip++) {
-    wrong[ip] = check_result(c, count, ip);
+    wrong[ip] = check_result(c, count, ip, ip == 0 ? count_it : NULL);
     t[ip] = time_size(c, count, ip);
   }
+  double model = model_link_bytes(tr.algo, c->nranks, bytes);
   if (c->rank != 0)
     return wrong[0] + wrong[1];
   printf("  %10zu %12zu %8s %6s %6d", bytes, count,
@@ -317,6 +399,12 @@ static long long bench_size(struct ctx *c, size_t count) {
     printf(" %9.2f %7.2f %7.2f %6lld", t[ip].median_us, algbw,
            algbw * factor, wrong[ip]);
   }
+  if (c->opt.traffic)
+    printf(" %11llu %11llu %11llu %11llu %11.0f %5s",
+           (unsigned long long)tr.sent, (unsigned long long)tr.received,
+           (unsigned long long)tr.max_sent,
+           (unsigned long long)tr.max_received, model,
+           hoop_algo_name(tr.algo));
   printf("\n");
   fflush(stdout);
   if (c->json != NULL) {
@@ -327,10 +415,20 @@ static long long bench_size(struct ctx *c, size_t count) {
               "\"count\":%zu,\"dtype\":\"%s\",\"op\":\"%s\","
               "\"in_place\":%d,\"time_us\":%.3f,\"min_us\":%.3f,"
               "\"max_us\":%.3f,\"algbw_GBps\":%.4f,\"busbw_GBps\":%.4f,"
-              "\"wrong\":%lld}\n",
+              "\"wrong\":%lld",
               c->nranks, bytes, count, hoop_dtype_name(c->opt.dtype),
               hoop_op_name(c->opt.op), ip, t[ip].median_us, t[ip].min_us,
               t[ip].max_us, algbw, algbw * factor, wrong[ip]);
+      if (c->opt.traffic)
+        fprintf(c->json,
+                ",\"sent_B\":%llu,\"recv_B\":%llu,\"max_sent_B\":%llu,"
+                "\"max_recv_B\":%llu,\"model_link_B\":%.0f,"
+                "\"algo\":\"%s\"",
+                (unsigned long long)tr.sent, (unsigned long long)tr.received,
+                (unsigned long long)tr.max_sent,
+                (unsigned long long)tr.max_received, model,
+                hoop_algo_name(tr.algo));
+      fprintf(c->json, "}\n");
     }
   }
   return wrong[0] + wrong[1];

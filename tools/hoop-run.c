@@ -12,7 +12,11 @@
  *
  * Each rank gets a process group of its own, so that stopping a rank also
  * stops whatever it started, and the kernel kills it should hoop-run die
- * without cleaning up.  Linux only: pipe2, prctl and F_GETPIPE_SZ.
+ * without cleaning up.  Linux only: pipe2, prctl, F_GETPIPE_SZ and setns.
+ *
+ * With --netns PREFIX, rank r runs inside network namespace PREFIX-h<r>
+ * (as tools/netsim.sh builds them), so that one machine can stand in for
+ * several hosts joined by a real, rate-capped network.
  */
 
 #include <arpa/inet.h>
@@ -22,6 +26,7 @@
 #include <limits.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -57,6 +62,10 @@ enum {
 
 static const double MAX_TIMEOUT_S = 1e9;
 
+/* Where tools/netsim.sh puts host 0, and its hosts' interface. */
+#define NETSIM_ROOT_HOST "10.99.0.1"
+#define NETSIM_IFNAME "eth0"
+
 static const char USAGE[] =
     "Usage: hoop-run -n N [options] [--] program [args...]\n"
     "\n"
@@ -72,6 +81,11 @@ static const char USAGE[] =
     "  --grace-ms MS          time stopping ranks get before SIGKILL\n"
     "                         (default 3000)\n"
     "  --timeout SECONDS      stop the job if it runs longer than this\n"
+    "  --netns PREFIX         run rank r in network namespace PREFIX-h<r>\n"
+    "                         (/var/run/netns/PREFIX-h<r>, as made by\n"
+    "                         tools/netsim.sh; needs root); rank 0 then\n"
+    "                         listens at 10.99.0.1 and the ranks get\n"
+    "                         HOOP_SOCKET_IFNAME=eth0 unless it is set\n"
     "  -h, --help             show this help\n"
     "\n"
     "Each rank gets HOOP_RANK, HOOP_WORLD_SIZE, HOOP_LOCAL_RANK,\n"
@@ -89,6 +103,7 @@ struct options {
   bool prefix;           /* label output lines with the rank */
   int64_t grace_ms;
   int64_t timeout_ms; /* 0 for none */
+  const char *netns;  /* --netns PREFIX, or NULL */
   char **argv;        /* the program and its arguments */
 };
 
@@ -119,6 +134,7 @@ struct rank {
    */
   pid_t pgid;
   struct stream streams[2]; /* stdout, stderr; unused with --no-prefix */
+  int netns_fd;             /* its network namespace with --netns, else -1 */
 };
 
 enum phase {
@@ -361,7 +377,13 @@ static bool valid_root_addr(const char *addr)
          parse_long(colon + 1, 1, 65535, &port);
 }
 
-enum { OPT_ROOT_ADDR = 256, OPT_NO_PREFIX, OPT_GRACE_MS, OPT_TIMEOUT };
+enum {
+  OPT_ROOT_ADDR = 256,
+  OPT_NO_PREFIX,
+  OPT_GRACE_MS,
+  OPT_TIMEOUT,
+  OPT_NETNS
+};
 
 static const struct option LONG_OPTIONS[] = {
     {"help", no_argument, NULL, 'h'},
@@ -369,6 +391,7 @@ static const struct option LONG_OPTIONS[] = {
     {"no-prefix", no_argument, NULL, OPT_NO_PREFIX},
     {"grace-ms", required_argument, NULL, OPT_GRACE_MS},
     {"timeout", required_argument, NULL, OPT_TIMEOUT},
+    {"netns", required_argument, NULL, OPT_NETNS},
     {NULL, 0, NULL, 0},
 };
 
@@ -419,6 +442,12 @@ static void parse_options(int argc, char **argv, struct options *opt)
       break;
     case OPT_TIMEOUT:
       opt->timeout_ms = parse_timeout_ms(optarg);
+      break;
+    case OPT_NETNS:
+      if (optarg[0] == '\0' || strchr(optarg, '/') != NULL)
+        usage_error("--netns wants a namespace name prefix, not '%s'",
+                    optarg);
+      opt->netns = optarg;
       break;
     default:
       bad_option(c, argv);
@@ -656,16 +685,18 @@ static void install_signal_handlers(const struct job *job)
 /* ---- starting ranks ---- */
 
 /*
- * Labelling output keeps two pipes per rank open here, which for many ranks
- * is more than the usual soft limit of 1024 descriptors.
+ * Labelling output keeps two pipes per rank open here, and --netns one
+ * namespace per rank, which for many ranks is more than the usual soft
+ * limit of 1024 descriptors.
  */
 static void raise_fd_limit(const struct job *job)
 {
-  rlim_t needed = 2 * (rlim_t)job->opt->nranks + 16;
+  rlim_t per_rank = (job->opt->prefix ? 2 : 0) + (job->opt->netns ? 1 : 0);
+  rlim_t needed = per_rank * (rlim_t)job->opt->nranks + 16;
 
   if (getrlimit(RLIMIT_NOFILE, &original_nofile) != 0)
     die(job, "getrlimit: %s", strerror(errno));
-  if (!job->opt->prefix || original_nofile.rlim_cur >= needed)
+  if (per_rank == 0 || original_nofile.rlim_cur >= needed)
     return;
   struct rlimit raised = original_nofile;
   raised.rlim_cur = needed < raised.rlim_max ? needed : raised.rlim_max;
@@ -700,22 +731,55 @@ static int pick_free_port(const struct job *job)
 /*
  * Sets what all ranks share in hoop-run's own environment, for fork to pass
  * on.  Rank 0 listens at --root-addr if given, else at an inherited
- * HOOP_ROOT_ADDR (left as it is), else at a free port on this machine.
+ * HOOP_ROOT_ADDR (left as it is), else at a free port on this machine:
+ * 127.0.0.1, or with --netns rank 0's address on the emulated network
+ * (tools/netsim.sh gives host i 10.99.0.(i+1)), where loopback would not
+ * reach the other namespaces.  The port is free here; the namespace is new,
+ * so it is free there too.
  */
 static void export_job_env(const struct job *job)
 {
   const char *root_addr = job->opt->root_addr;
   const char *inherited = getenv("HOOP_ROOT_ADDR");
-  char picked[sizeof "127.0.0.1:65535"];
+  char picked[sizeof "10.99.0.1:65535"];
 
   if (root_addr == NULL && (inherited == NULL || inherited[0] == '\0')) {
-    snprintf(picked, sizeof picked, "127.0.0.1:%d", pick_free_port(job));
+    snprintf(picked, sizeof picked, "%s:%d",
+             job->opt->netns != NULL ? NETSIM_ROOT_HOST : "127.0.0.1",
+             pick_free_port(job));
     root_addr = picked;
   }
   if (setenv_long("HOOP_WORLD_SIZE", job->opt->nranks) != 0 ||
       setenv_long("HOOP_LOCAL_WORLD_SIZE", job->opt->nranks) != 0 ||
-      (root_addr != NULL && setenv("HOOP_ROOT_ADDR", root_addr, 1) != 0))
+      (root_addr != NULL && setenv("HOOP_ROOT_ADDR", root_addr, 1) != 0) ||
+      /* The data listeners must use the emulated link, not loopback. */
+      (job->opt->netns != NULL &&
+       setenv("HOOP_SOCKET_IFNAME", NETSIM_IFNAME, 0) != 0))
     die(job, "cannot set the environment: %s", strerror(errno));
+}
+
+/*
+ * With --netns, opens every rank's namespace before any rank starts, so
+ * that a missing one fails the job at once and by name.  The descriptors
+ * are close-on-exec: only the child that joins one needs it.
+ */
+static void open_namespaces(struct job *job)
+{
+  char path[PATH_MAX];
+
+  if (job->opt->netns == NULL)
+    return;
+  for (int r = 0; r < job->opt->nranks; r++) {
+    snprintf(path, sizeof path, "/var/run/netns/%s-h%d", job->opt->netns, r);
+    job->ranks[r].netns_fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (job->ranks[r].netns_fd < 0)
+      die(job,
+          "--netns %s: cannot open rank %d's network namespace %s: %s%s",
+          job->opt->netns, r, path, strerror(errno),
+          errno == ENOENT ? " (create the namespaces first, e.g. "
+                            "tools/netsim.sh up N RATE)"
+                          : "");
+  }
 }
 
 static _Noreturn void rank_setup_failed(int rank, const char *what)
@@ -743,6 +807,10 @@ static _Noreturn void exec_rank(const struct job *job, int rank, int out_fd,
     rank_setup_failed(rank, "setrlimit");
   if (setpgid(0, 0) != 0)
     rank_setup_failed(rank, "setpgid");
+  /* EPERM here means hoop-run lacks CAP_SYS_ADMIN: run it as root. */
+  if (job->ranks[rank].netns_fd >= 0 &&
+      setns(job->ranks[rank].netns_fd, CLONE_NEWNET) != 0)
+    rank_setup_failed(rank, "setns (joining its --netns namespace)");
   /* Checking the parent after asking covers a death just before. */
   if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
     rank_setup_failed(rank, "prctl");
@@ -1037,6 +1105,7 @@ static void init_job(struct job *job, const struct options *opt)
   for (int r = 0; r < opt->nranks; r++) {
     job->ranks[r].streams[0].fd = -1;
     job->ranks[r].streams[1].fd = -1;
+    job->ranks[r].netns_fd = -1;
   }
 }
 
@@ -1051,6 +1120,7 @@ int main(int argc, char **argv)
   install_signal_handlers(&job);
   export_job_env(&job);
   raise_fd_limit(&job);
+  open_namespaces(&job);
   for (int r = 0; r < opt.nranks; r++)
     start_rank(&job, r);
   run_job(&job);

@@ -24,11 +24,12 @@ static double hops(hoop_coll_t coll, hoop_algo_t algo, double n) {
 }
 
 /*
- * Bytes on the busiest link (one direction) of a schedule moving k bytes.
- * Ring: each link carries 2(N-1)/N of the buffer.  Double binary tree: a
- * rank is an inner node of one tree (half up, twice half down) and a leaf
- * of the other (half up), 2k out.  Parameter server: the root's link
- * carries 2(N-1)k.  Chains k; a binary tree 2k out of each inner node.
+ * Bytes on the busiest link, one direction (each direction of a link has
+ * its own capacity), of a schedule moving k bytes.  Ring: 2(N-1)/N of the
+ * buffer.  Double binary tree: up to 2k out of a rank (an inner node of
+ * one tree sends half to each child, and up in both trees).  Parameter
+ * server: (N-1)k into the root and (N-1)k back out, 2(N-1)k through its
+ * link in all.  Chains k; a binary tree 2k out of each inner node.
  */
 static double link_bytes(hoop_coll_t coll, hoop_algo_t algo, double n,
                          double k) {
@@ -36,7 +37,7 @@ static double link_bytes(hoop_coll_t coll, hoop_algo_t algo, double n,
   case HOOP_COLL_ALLREDUCE:
   case HOOP_COLL_BARRIER:
     return algo == HOOP_ALGO_TREE ? 2 * k
-           : algo == HOOP_ALGO_PS ? 2 * (n - 1) * k
+           : algo == HOOP_ALGO_PS ? (n - 1) * k
                                   : 2 * (n - 1) / n * k;
   case HOOP_COLL_BROADCAST:
   case HOOP_COLL_REDUCE:

@@ -21,17 +21,17 @@ struct root_listener {
   uint64_t comm_id;
   int fd;
 };
-static struct root_listener root_listeners[64];
+static struct root_listener *root_listeners;
+static size_t root_listeners_count, root_listeners_cap;
 static pthread_mutex_t root_listeners_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static int adopt_root_listener(uint64_t comm_id) {
   int fd = -1;
   pthread_mutex_lock(&root_listeners_lock);
-  for (size_t i = 0; i < sizeof root_listeners / sizeof *root_listeners;
-       i++) {
-    if (root_listeners[i].fd > 0 && root_listeners[i].comm_id == comm_id) {
+  for (size_t i = 0; i < root_listeners_count; i++) {
+    if (root_listeners[i].comm_id == comm_id) {
       fd = root_listeners[i].fd;
-      root_listeners[i].fd = 0;
+      root_listeners[i] = root_listeners[--root_listeners_count];
       break;
     }
   }
@@ -44,20 +44,31 @@ hoop_result_t hoop__uid_create(const struct hoop_addr *root,
   int fd;
   struct hoop_addr bound;
   HOOP_CHECK(hoop__sock_listen(root, &fd, &bound));
+  /*
+   * The table grows without bound: a process that makes ids for ranks it
+   * forks (as the tests do) keeps one listener per id it never adopts.
+   */
   pthread_mutex_lock(&root_listeners_lock);
-  size_t slot = 0;
-  size_t n = sizeof root_listeners / sizeof *root_listeners;
-  while (slot < n && root_listeners[slot].fd > 0)
-    slot++;
-  if (slot < n)
-    root_listeners[slot] = (struct root_listener){comm_id, fd};
+  int stored = 0;
+  if (root_listeners_count == root_listeners_cap) {
+    size_t cap = root_listeners_cap ? root_listeners_cap * 2 : 16;
+    struct root_listener *t =
+        realloc(root_listeners, cap * sizeof *root_listeners);
+    if (t != NULL) {
+      root_listeners = t;
+      root_listeners_cap = cap;
+    }
+  }
+  if (root_listeners_count < root_listeners_cap) {
+    root_listeners[root_listeners_count++] =
+        (struct root_listener){comm_id, fd};
+    stored = 1;
+  }
   pthread_mutex_unlock(&root_listeners_lock);
-  if (slot == n) {
+  if (!stored) {
     close(fd);
-    return HOOP_ERROR(NULL, HOOP_ERR_INVALID_USAGE,
-                      "more than %zu unique ids are waiting for their "
-                      "rank 0 to call hoop_comm_init_rank",
-                      n);
+    return HOOP_ERROR(NULL, HOOP_ERR_NO_MEMORY,
+                      "hoop_get_unique_id: no memory to keep the listener");
   }
   memset(uid, 0, sizeof *uid);
   uid->magic = HOOP_UID_MAGIC;

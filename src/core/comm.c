@@ -104,6 +104,33 @@ struct handshake {
   int32_t reserved;
 };
 
+/*
+ * Waits for the ack of a dialled peer.  A peer that never accepts (it is
+ * in another call, or failed) must not hold this rank for the whole
+ * timeout when some rank has already reported the failure, so failure
+ * notices on the listening socket are watched meanwhile.
+ */
+static hoop_result_t await_ack(struct hoop_comm *comm, int fd,
+                               long long deadline, const char *desc,
+                               int32_t *status) {
+  struct pollfd fds[2] = {{.fd = fd, .events = POLLIN},
+                          {.fd = comm->listen_fd, .events = POLLIN}};
+  while (hoop__now_ms() < deadline) {
+    long long left = deadline - hoop__now_ms();
+    if (poll(fds, 2, left > 1000 ? 1000 : (int)left) <= 0)
+      continue;
+    if (fds[1].revents & POLLIN)
+      HOOP_CHECK(hoop__comm_check_notices(comm, 0));
+    if (fds[0].revents)
+      return hoop__sock_recv_all(comm, fd, status, sizeof *status, deadline,
+                                 desc);
+  }
+  return HOOP_ERROR(comm, HOOP_ERR_TIMEOUT,
+                    "%s accepted the connection but never answered the "
+                    "handshake within %d ms",
+                    desc, comm->timeout_ms);
+}
+
 static hoop_result_t dial(struct hoop_comm *comm, int peer, int channel,
                           long long deadline, int *out) {
   char desc[128];
@@ -117,8 +144,7 @@ static hoop_result_t dial(struct hoop_comm *comm, int peer, int channel,
   hoop_result_t res =
       hoop__sock_send_all(comm, fd, &hs, sizeof hs, deadline, desc);
   if (res == HOOP_SUCCESS)
-    res = hoop__sock_recv_all(comm, fd, &status, sizeof status, deadline,
-                              desc);
+    res = await_ack(comm, fd, deadline, desc, &status);
   if (res == HOOP_SUCCESS && status != HOOP_SUCCESS)
     res = HOOP_ERROR(comm, HOOP_ERR_MISMATCH,
                      "%s refused the data connection for channel %d "
@@ -154,11 +180,20 @@ static bool take_pending(struct hoop_comm *comm, int peer, int channel,
  */
 #define NOTICE_CHANNEL (-1)
 
+/*
+ * A notice that comes while this rank is still joining is kept: joining
+ * succeeds (the connections are fine) and the first call reports it.
+ */
 static hoop_result_t notice_error(struct hoop_comm *comm, int from,
                                   const char *reason) {
   comm->notice_received = true;
-  return HOOP_ERROR(comm, HOOP_ERR_REMOTE, "rank %d failed first: %s", from,
-                    reason);
+  hoop_result_t res = HOOP_ERROR(comm, HOOP_ERR_REMOTE,
+                                 "rank %d failed first: %s", from, reason);
+  if (!comm->joining)
+    return res;
+  comm->broken = res;
+  memcpy(comm->broken_reason, comm->last_error, sizeof comm->broken_reason);
+  return HOOP_SUCCESS;
 }
 
 /*
@@ -466,19 +501,22 @@ hoop_result_t hoop__comm_create(struct hoop_comm **out, int nranks, int rank,
     res = HOOP_ERROR(NULL, HOOP_ERR_NO_MEMORY, "communicator tables");
     goto out_free;
   }
+  comm->joining = true;
   HOOP_CHECK_GOTO(hoop__bootstrap(comm, &uid, ifname), res, out_free);
   learn_host(comm);
-  /* Connect the ring now, so a bad network fails here and not mid-job. */
-  if (nranks > 1) {
-    for (int ch = 0; ch < comm->nsocks; ch++) {
-      struct hoop_conn *c;
-      HOOP_CHECK_GOTO(hoop__comm_conn(comm, (rank + 1) % nranks, ch, &c),
-                      res, out_free);
-      HOOP_CHECK_GOTO(
-          hoop__comm_conn(comm, (rank + nranks - 1) % nranks, ch, &c), res,
-          out_free);
-    }
+  /*
+   * Connect every peer now (and the ring neighbours on every channel): a
+   * bad network fails here and not mid-job, and building a call's plan
+   * never waits for a peer that may be stuck in a different call.
+   */
+  for (int peer = 0; peer < nranks; peer++) {
+    struct hoop_conn *c;
+    int ring = peer == (rank + 1) % nranks ||
+               peer == (rank + nranks - 1) % nranks;
+    for (int ch = 0; peer != rank && ch < (ring ? comm->nsocks : 1); ch++)
+      HOOP_CHECK_GOTO(hoop__comm_conn(comm, peer, ch, &c), res, out_free);
   }
+  comm->joining = false;
   if (registry_add(comm) != HOOP_SUCCESS) {
     res = HOOP_ERROR(NULL, HOOP_ERR_NO_MEMORY, "communicator registry");
     goto out_free;

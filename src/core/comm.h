@@ -67,6 +67,7 @@ struct hoop_comm {
   hoop_result_t broken; /* HOOP_SUCCESS, or the error that broke it */
   int aborted;          /* set by hoop_comm_abort, read atomically */
   bool notice_received; /* a peer reported the failure that broke us */
+  bool joining;         /* still in hoop_comm_init_*: notices wait */
   int busy;             /* a collective is running, read atomically */
 
   void *scratch; /* per-channel outboxes of the pipelined schedules */
@@ -81,7 +82,9 @@ const char *hoop__peer_desc(const struct hoop_comm *comm, int peer,
                             char *buf, size_t len);
 
 /*
- * The connection to `peer` for `channel`, made on first use.  Blocking and
+ * The connection to `peer` for `channel`.  Joining makes every peer's
+ * channel 0 and the ring neighbours' other channels; any other is made on
+ * first use, blocking and
  * bounded by the communicator's timeout; the peer must be asking for the
  * same connection at about the same time.
  */

@@ -150,17 +150,21 @@ static hoop_result_t check_header(const struct hoop_plan *p,
       got.count == mine->count && got.root == mine->root &&
       got.algo == mine->algo && got.slice_bytes == mine->slice_bytes &&
       got.nchannels == mine->nchannels && got.depth == mine->depth &&
-      got.link_bytes == mine->link_bytes)
+      got.link_bytes == mine->link_bytes &&
+      got.back_bytes == mine->back_bytes)
     return HOOP_SUCCESS;
   char a[240], b[240];
   hoop__describe_call(mine, a, sizeof a);
   hoop__describe_call(&got, b, sizeof b);
+  const char *unit = mine->coll == HOOP_COLL_SENDRECV ? " (size hash)" : "";
   return HOOP_ERROR(p->comm, HOOP_ERR_MISMATCH,
-                    "ranks disagree: this rank called %s expecting %llu "
-                    "bytes from %s, which called %s sending %llu",
-                    a, (unsigned long long)mine->link_bytes,
-                    l->conn->peer_desc, b,
-                    (unsigned long long)got.link_bytes);
+                    "ranks disagree: this rank called %s, expecting %llu "
+                    "bytes%s from %s and sending it %llu; that rank called "
+                    "%s, sending %llu and expecting %llu",
+                    a, (unsigned long long)mine->link_bytes, unit,
+                    l->conn->peer_desc, (unsigned long long)mine->back_bytes,
+                    b, (unsigned long long)got.link_bytes,
+                    (unsigned long long)got.back_bytes);
 }
 
 static hoop_result_t receive_header(struct hoop_plan *p, struct hoop_link *l,
@@ -372,15 +376,64 @@ static int cmp_keyed(const void *a, const void *b) {
   return (x->id > y->id) - (x->id < y->id);
 }
 
+/* What a link's header announces: its bytes, or for send/recv a hash. */
+static uint64_t announced(const struct hoop_plan *p, const struct hoop_link *l) {
+  return p->header.coll == HOOP_COLL_SENDRECV ? l->signature : l->bytes;
+}
+
+/*
+ * Gives every link a twin the other way on its connection (an empty one if
+ * the algorithm made none), so that headers cross in both directions.
+ */
+static hoop_result_t pair_links(struct hoop_plan *p) {
+  int n = p->nlinks;
+  for (int i = 0; i < n; i++) {
+    int twin = -1;
+    for (int j = 0; j < p->nlinks && twin < 0; j++) {
+      if (p->links[j].conn == p->links[i].conn &&
+          p->links[j].send != p->links[i].send)
+        twin = j;
+    }
+    if (twin < 0) {
+      const struct hoop_conn *c = p->links[i].conn;
+      HOOP_CHECK(hoop__plan_link(p, c->peer, c->channel, !p->links[i].send,
+                                 &twin));
+      p->links[twin].twin = i;
+    }
+    p->links[i].twin = twin;
+  }
+  return HOOP_SUCCESS;
+}
+
 /* Puts every link in key order and stamps its header. */
 static hoop_result_t prepare(struct hoop_plan *p) {
+  /*
+   * Every collective also crosses headers with both ring neighbours, even
+   * when its algorithm does not use them: if the ranks' calls differ at
+   * all, some neighbours differ, so two ranks see it in this call and tell
+   * the rest, and no rank waits for a peer that is in another call.
+   * Send/recv is exempt: its peers differ by design.
+   */
+  struct hoop_comm *comm = p->comm;
+  if (p->header.coll != HOOP_COLL_SENDRECV && comm->nranks > 1) {
+    int link;
+    HOOP_CHECK(hoop__plan_link(p, (comm->rank + 1) % comm->nranks, 0, 1,
+                               &link));
+    HOOP_CHECK(hoop__plan_link(
+        p, (comm->rank + comm->nranks - 1) % comm->nranks, 0, 0, &link));
+  }
+  HOOP_CHECK(pair_links(p));
   for (int i = 0; i < p->nlinks; i++) {
     struct hoop_link *l = &p->links[i];
+    /*
+     * A sent header says what this rank sends and expects back; a
+     * received one is compared with the same from this rank's side.
+     */
     l->header = p->header;
-    l->header.link_bytes = l->bytes;
-    /* Messages must pair up one by one, not only add up to the same. */
+    l->header.link_bytes = announced(p, l);
+    l->header.back_bytes = announced(p, &p->links[l->twin]);
     if (p->header.coll == HOOP_COLL_SENDRECV)
-      l->header.count = l->signature;
+      l->header.count = l->bytes;
     if (l->nops < 2)
       continue;
     struct keyed *k = malloc(sizeof *k * (size_t)l->nops);

@@ -53,8 +53,14 @@ struct hoop_wire_header {
   uint16_t nchannels;
   uint8_t algo;
   uint8_t reserved[5];
-  uint64_t link_bytes; /* payload this link carries in this call */
-  uint8_t reserved2[8];
+  /*
+   * What the sender puts on this link and expects on the way back, in
+   * bytes (send/recv: a hash of the message sizes).  Every connection a
+   * call uses carries a header each way, so a rank that only sends still
+   * hears from its peer, and both ends check both directions.
+   */
+  uint64_t link_bytes;
+  uint64_t back_bytes;
 };
 _Static_assert(sizeof(struct hoop_wire_header) == 64,
                "the wire header keeps data 64-byte aligned in staging");
@@ -92,6 +98,7 @@ struct hoop_link {
   int cur;               /* first op not complete */
   uint64_t bytes;        /* payload of all ops */
   uint64_t signature;    /* send/recv: the message sizes, hashed */
+  int twin;              /* the link the other way on the same connection */
   size_t hdr_done;       /* header bytes sent or received */
   int want_poll;         /* waiting on the connection, not on an op */
 };
@@ -113,7 +120,7 @@ void hoop__plan_init(struct hoop_plan *plan, struct hoop_comm *comm,
                      hoop_dtype_t dtype, hoop_op_t op);
 void hoop__plan_free(struct hoop_plan *plan);
 
-/* The link to or from `peer` on `channel`, connecting on first use. */
+/* The link to or from `peer` on `channel` (see hoop__comm_conn). */
 hoop_result_t hoop__plan_link(struct hoop_plan *plan, int peer, int channel,
                               int send, int *link);
 

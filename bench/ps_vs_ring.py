@@ -1,0 +1,273 @@
+#!/usr/bin/env python3
+"""Parameter server vs ring vs tree all-reduce across emulated, rate-capped hosts.
+
+For each rank count N, tools/netsim.sh builds N network namespaces behind
+one bridge, every host link capped at --rate each way (tbf), and hoop-bench
+runs under `hoop-run --netns hoopsim` with -a ps, ring and tree,
+interleaved (ps, ring, tree, ps, ...) so that drift hits all three. Each
+run prints its time and, with -B 1, the payload bytes through the busiest
+link. The script sets both beside the cost model's time at the link's
+payload rate B = rate x 1448/1514 (tbf counts whole frames; a 1500-byte
+MTU frame carries 1448 bytes of TCP payload with timestamps):
+
+  issue model (both directions of the busiest link added up):
+    ps 2(N-1)K/B, ring 2(N-1)K/(N B), tree 2K/B
+  duplex model (each direction of a full-duplex link on its own):
+    ps (N-1)K/B, ring and tree as above
+
+They differ only for ps, whose root receives (N-1)K and sends (N-1)K back;
+when the two overlap (hoop's ps sends each reduced slice back at once) the
+duplex model holds. Timing follows ../shared/bench-method.md through
+hoop-bench. Needs root; always tears the namespaces down.
+
+  sudo /usr/bin/python3 bench/ps_vs_ring.py --build build --out FILE.md
+"""
+import argparse
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from compare_allreduce import (  # noqa: E402  (shares the report helpers)
+    machine_info_basic, parse_size)
+
+ALGOS = ("ps", "ring", "tree")
+PREFIX = "hoopsim"
+PAYLOAD_PER_FRAME = 1448 / 1514
+RATE_UNITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
+COLUMNS = 19  # 13 nccl-tests columns + sent recvd maxsent maxrecvd model algo
+
+
+def parse_rate(text):
+    """'1gbit', '100mbit' -> bits per second (the subset netsim.sh takes)."""
+    digits = text.rstrip("abcdefghijklmnopqrstuvwxyz")
+    unit = text[len(digits):] or "bit"
+    if not digits.isdigit() or unit not in RATE_UNITS or int(digits) == 0:
+        raise argparse.ArgumentTypeError(
+            f"bad rate {text!r}: want e.g. 1gbit, 100mbit")
+    return int(digits) * RATE_UNITS[unit]
+
+
+def parse_rank_range(text):
+    """'2-8' or '2,4,8' -> [2, ...]."""
+    try:
+        if "-" in text:
+            lo, hi = (int(x) for x in text.split("-"))
+            ranks = list(range(lo, hi + 1))
+        else:
+            ranks = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"bad rank list {text!r}") from None
+    if not ranks or min(ranks) < 2 or max(ranks) > 253:
+        raise argparse.ArgumentTypeError("rank counts must be 2 to 253")
+    return ranks
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--build", type=Path, default=Path("build"),
+                   help="hoop build directory")
+    p.add_argument("--ranks", type=parse_rank_range, default="2-8",
+                   help="rank counts: a range 2-8 or a list 2,4,8")
+    p.add_argument("--rate", default="1gbit",
+                   help="tc rate of every host link, each direction")
+    p.add_argument("--size", type=parse_size, default="8M",
+                   help="all-reduce buffer K per rank")
+    p.add_argument("--iters", type=int, default=5,
+                   help="timed iterations per hoop-bench run")
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--repeats", type=int, default=3,
+                   help="hoop-bench runs per algorithm and N, interleaved")
+    p.add_argument("--timeout", type=int, default=600,
+                   help="seconds one hoop-bench run may take")
+    p.add_argument("--out", type=Path, required=True,
+                   help="markdown report to write")
+    a = p.parse_args(argv)
+    a.rate_bps = parse_rate(a.rate)
+    return a
+
+
+class Stop(Exception):
+    """SIGTERM/SIGHUP, turned into an exception so that teardown runs."""
+
+
+def on_signal(sig, _frame):
+    raise Stop(f"received signal {sig}")
+
+
+def netsim(a, *args):
+    """Runs tools/netsim.sh; raises with its message on failure."""
+    argv = [str(HERE.parent / "tools" / "netsim.sh"), *args]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed: "
+                           f"{(proc.stderr or proc.stdout).strip()}")
+    return proc.stdout
+
+
+def execute(argv, timeout):
+    """Runs argv in its own session; kills the whole session (hoop-run and
+    its ranks) on timeout and also when we are stopped, so that no rank
+    outlives the namespaces. Returns (rc, out, err, seconds)."""
+    t0 = time.monotonic()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        return 124, out, err + f"\n[killed after {timeout} s]\n", \
+            time.monotonic() - t0
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+    return proc.returncode, out, err, time.monotonic() - t0
+
+
+def bench_argv(a, ranks, algo):
+    return [str(a.build / "tools" / "hoop-run"), "--no-prefix",
+            "--netns", PREFIX, "-n", str(ranks),
+            str(a.build / "bench" / "hoop-bench"), "-a", algo,
+            "-b", str(a.size), "-e", str(a.size), "-n", str(a.iters),
+            "-w", str(a.warmup), "-c", "1", "-B", "1"]
+
+
+def parse_row(text, size):
+    """-> dict of the one data row for `size`, or raises ValueError."""
+    for line in text.splitlines():
+        f = line.split()
+        if not f or not f[0].isdigit() or int(f[0]) != size:
+            continue
+        if len(f) != COLUMNS:
+            raise ValueError(f"expected {COLUMNS} columns: {line!r}")
+        if f[8] != "0" or f[12] != "0":
+            raise ValueError(f"#wrong {f[8]} / {f[12]}: {line!r}")
+        return {"times_us": [float(f[5]), float(f[9])],
+                "max_sent": int(f[15]), "max_recvd": int(f[16]),
+                "model_link": float(f[17]), "algo": f[18]}
+    raise ValueError(f"no row for {size} bytes")
+
+
+def models(algo, n, k, payload_Bps):
+    """-> (issue model s, duplex model s) for one all-reduce of k bytes."""
+    duplex = {"ps": (n - 1) * k, "ring": 2 * (n - 1) * k / n,
+              "tree": 2 * k}[algo] / payload_Bps
+    issue = 2 * duplex if algo == "ps" else duplex
+    return issue, duplex
+
+
+def run_n(a, n, raw):
+    """All repeats of all algorithms on n emulated hosts -> {algo: rows}."""
+    got = {algo: [] for algo in ALGOS}
+    problems = []
+    netsim(a, "up", str(n), a.rate)
+    try:
+        raw.append(f"#### {n} hosts: tc on one link\n```\n"
+                   + subprocess.run(["tc", "-n", f"{PREFIX}-sw", "qdisc",
+                                     "show", "dev", "h0"],
+                                    capture_output=True, text=True).stdout
+                   + "```")
+        for rep in range(a.repeats):
+            for algo in ALGOS:
+                argv = bench_argv(a, n, algo)
+                rc, out, err, secs = execute(argv, a.timeout)
+                raw.append(f"#### {n} hosts, {algo}, repeat {rep + 1}\n```\n"
+                           f"{' '.join(argv)}\n{out}{err}```")
+                status = "ok"
+                try:
+                    if rc != 0:
+                        raise ValueError(f"exit status {rc}: {err.strip()}")
+                    got[algo].append(parse_row(out, a.size))
+                except ValueError as e:
+                    status = str(e)
+                    problems.append(f"{n} hosts, {algo}, repeat {rep + 1}: "
+                                    f"{e}")
+                print(f"[{n} hosts, repeat {rep + 1}/{a.repeats}] {algo} "
+                      f"{secs:.1f} s {status}", flush=True)
+    finally:
+        netsim(a, "down")
+    return got, problems
+
+
+def table(a, results, payload_Bps):
+    lines = ["| N | algo | time ms (median) | min-max ms | busiest link "
+             "bytes each way (measured) | measured bytes / B ms | model bytes "
+             "each way | duplex model ms | measured / duplex | issue model ms | measured / "
+             "issue |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for n in sorted(results):
+        for algo in ALGOS:
+            rows = results[n][algo]
+            if not rows:
+                lines.append(f"| {n} | {algo} | failed | | | | | | | | |")
+                continue
+            times = [t / 1e3 for r in rows for t in r["times_us"]]
+            med = statistics.median(times)
+            busiest = max(max(r["max_sent"], r["max_recvd"]) for r in rows)
+            issue, duplex = models(algo, n, a.size, payload_Bps)
+            lines.append(
+                f"| {n} | {algo} | {med:.1f} | {min(times):.1f}-"
+                f"{max(times):.1f} | {busiest} | {busiest / payload_Bps * 1e3:.1f} "
+                f"| {rows[0]['model_link']:.0f} "
+                f"| {duplex * 1e3:.1f} | {med / (duplex * 1e3):.3f} | "
+                f"{issue * 1e3:.1f} | {med / (issue * 1e3):.3f} |")
+    return lines
+
+
+def main():
+    a = parse_args(sys.argv[1:])
+    if subprocess.run(["id", "-u"], capture_output=True,
+                      text=True).stdout.strip() != "0":
+        print("ps_vs_ring: needs root (network namespaces, tc)",
+              file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGHUP, on_signal)
+    payload_Bps = a.rate_bps / 8 * PAYLOAD_PER_FRAME
+    report = [f"- Command: {' '.join(sys.argv)}",
+              f"- Links: every host link capped at {a.rate} each way by tbf "
+              "(tools/netsim.sh); payload rate B = "
+              f"{payload_Bps / 1e6:.2f} MB/s (x 1448/1514)",
+              f"- K = {a.size} bytes float32 sum; per run {a.warmup} warm-up "
+              f"and {a.iters} timed iterations, out of place and in place; "
+              f"{a.repeats} runs per algorithm, interleaved. Time is the "
+              "median over all those iterations (each the slowest rank's).",
+              ""]
+    results, problems, raw = {}, [], []
+    try:
+        for n in a.ranks:
+            results[n], p = run_n(a, n, raw)
+            problems += p
+            print("\n".join(table(a, {n: results[n]}, payload_Bps)),
+                  flush=True)
+    except (Stop, KeyboardInterrupt, RuntimeError) as e:
+        problems.append(f"stopped early: {e}")
+        print(f"ps_vs_ring: stopped early: {e}", file=sys.stderr)
+    finally:
+        # A netsim failure inside run_n may have left namespaces behind.
+        subprocess.run([str(HERE.parent / "tools" / "netsim.sh"), "down"],
+                       capture_output=True)
+    # After the runs, so that the load average is the one they ran under.
+    report = ["# Parameter server vs ring vs tree on emulated hosts", "",
+              *machine_info_basic(), *report,
+              "## Results", "", *table(a, results, payload_Bps), ""]
+    if problems:
+        report += ["## Problems", "", *(f"- {p}" for p in problems), ""]
+    report += ["## Raw output", "", *raw]
+    a.out.write_text("\n".join(report) + "\n")
+    print(f"wrote {a.out}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

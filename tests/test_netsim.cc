@@ -1,0 +1,226 @@
+// Tests for tools/netsim.sh, the emulated hosts, and hoop-run --netns: the
+// namespaces appear and reach each other over the bridge, teardown leaves
+// nothing behind even when the command fails, and a hoop job runs across
+// them with correct results.  They need root and network namespaces, and
+// skip (saying why) without them.
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#ifndef HOOP_RUN_PATH
+#define HOOP_RUN_PATH "hoop-run"
+#endif
+#ifndef HOOP_BENCH_PATH
+#define HOOP_BENCH_PATH "hoop-bench"
+#endif
+
+namespace {
+
+// The checkout's root, from the build or else from this file's own path
+// (CMake compiles with absolute paths), to find tools/netsim.sh.
+std::string SourceDir() {
+#ifdef HOOP_SOURCE_DIR
+  return HOOP_SOURCE_DIR;
+#else
+  std::string file = __FILE__;
+  return file.substr(0, file.rfind("/tests/"));
+#endif
+}
+
+const std::string kNetsim = SourceDir() + "/tools/netsim.sh";
+
+struct Output {
+  int status;
+  std::string text;
+};
+
+Output Shell(const std::string &cmd) {
+  Output out{-1, ""};
+  FILE *p = popen((cmd + " 2>&1").c_str(), "r");
+  if (p == nullptr) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.text.append(buf, n);
+  int st = pclose(p);
+  out.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return out;
+}
+
+// The hoopsim-* namespaces that `ip netns` knows.
+std::set<std::string> HoopsimNamespaces() {
+  std::set<std::string> names;
+  DIR *dir = opendir("/var/run/netns");
+  if (dir == nullptr) return names;
+  while (struct dirent *e = readdir(dir)) {
+    std::string name = e->d_name;
+    if (name.rfind("hoopsim-", 0) == 0) names.insert(name);
+  }
+  closedir(dir);
+  return names;
+}
+
+// Runs `body` in a child that has joined namespace `ns`, so that the test
+// process itself stays where it is; returns the child's exit code.
+template <typename F>
+int InNamespace(const std::string &ns, F body) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    int fd = open(("/var/run/netns/" + ns).c_str(), O_RDONLY);
+    if (fd < 0 || setns(fd, CLONE_NEWNET) != 0) _exit(100);
+    _exit(body());
+  }
+  int st;
+  if (pid < 0 || waitpid(pid, &st, 0) != pid) return -1;
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+sockaddr_in Addr(const char *ip, int port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  inet_pton(AF_INET, ip, &a.sin_addr);
+  return a;
+}
+
+// Checks that host `from` reaches host `to_ip` (in namespace `to_ns`):
+// ping if it is installed, else a TCP connection to a listener there.
+void ExpectReachable(const std::string &from, const std::string &to_ns,
+                     const char *to_ip) {
+  if (system("command -v ping >/dev/null 2>&1") == 0) {
+    Output out = Shell("ip netns exec " + from + " ping -c1 -W1 " + to_ip);
+    EXPECT_EQ(out.status, 0) << from << " -> " << to_ip << "\n" << out.text;
+    return;
+  }
+  const int port = 17777;
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  pid_t listener = fork();
+  ASSERT_GE(listener, 0);
+  if (listener == 0) {
+    close(ready[0]);
+    _exit(InNamespace(to_ns, [&] {
+      int s = socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in a = Addr(to_ip, port);
+      if (s < 0 || bind(s, (sockaddr *)&a, sizeof a) != 0 ||
+          listen(s, 1) != 0)
+        return 1;
+      (void)!write(ready[1], "x", 1);
+      int c = accept(s, nullptr, nullptr);
+      return c >= 0 ? 0 : 2;
+    }));
+  }
+  close(ready[1]);
+  char byte;
+  bool listening = read(ready[0], &byte, 1) == 1;
+  close(ready[0]);
+  int connected = -1;
+  if (listening) {
+    connected = InNamespace(from, [&] {
+      int s = socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in a = Addr(to_ip, port);
+      return s >= 0 && connect(s, (sockaddr *)&a, sizeof a) == 0 ? 0 : 1;
+    });
+  } else {
+    kill(listener, SIGKILL);
+  }
+  int st;
+  waitpid(listener, &st, 0);
+  EXPECT_TRUE(listening) << "no listener in " << to_ns;
+  EXPECT_EQ(connected, 0) << from << " cannot connect to " << to_ip;
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0)
+      << to_ns << "'s listener saw no connection";
+}
+
+class Netsim : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "needs root (network namespaces)";
+    if (!HoopsimNamespaces().empty())
+      GTEST_SKIP() << "hoopsim namespaces exist already: another run (a "
+                      "benchmark?) is using them";
+    Output probe = Shell("ip netns add hoopsim-probe");
+    if (probe.status != 0)
+      GTEST_SKIP() << "'ip netns add' fails here: " << probe.text;
+    Shell("ip netns del hoopsim-probe");
+  }
+
+  void TearDown() override {
+    if (!IsSkipped()) Shell(kNetsim + " down");
+  }
+};
+
+TEST_F(Netsim, UpBuildsHostsThatReachEachOtherAndDownRemovesThem) {
+  Output up = Shell(kNetsim + " up 3 1gbit");
+  ASSERT_EQ(up.status, 0) << up.text;
+  std::set<std::string> want = {"hoopsim-h0", "hoopsim-h1", "hoopsim-h2",
+                                "hoopsim-sw"};
+  EXPECT_EQ(HoopsimNamespaces(), want);
+  ExpectReachable("hoopsim-h0", "hoopsim-h1", "10.99.0.2");
+  ExpectReachable("hoopsim-h2", "hoopsim-h0", "10.99.0.1");
+  // A second up must refuse rather than disturb the running one.
+  EXPECT_NE(Shell(kNetsim + " up 2 1gbit").status, 0);
+  Output down = Shell(kNetsim + " down");
+  EXPECT_EQ(down.status, 0) << down.text;
+  EXPECT_TRUE(HoopsimNamespaces().empty());
+  EXPECT_EQ(Shell(kNetsim + " down").status, 0) << "down is idempotent";
+}
+
+TEST_F(Netsim, RunTearsDownAfterAFailingCommandAndReturnsItsCode) {
+  Output out = Shell(kNetsim +
+                   " run 2 1gbit -- sh -c 'test -e /var/run/netns/hoopsim-h1 "
+                   "&& exit 7'");
+  EXPECT_EQ(out.status, 7) << out.text;
+  EXPECT_TRUE(HoopsimNamespaces().empty());
+}
+
+TEST_F(Netsim, RejectsBadArguments) {
+  EXPECT_NE(Shell(kNetsim + " up 0 1gbit").status, 0);
+  EXPECT_NE(Shell(kNetsim + " up 2 fast").status, 0);
+  EXPECT_TRUE(HoopsimNamespaces().empty());
+}
+
+TEST_F(Netsim, HoopRunNamesAMissingNamespace) {
+  Output out = Shell(std::string(HOOP_RUN_PATH) + " --netns hoopsim -n 2 true");
+  EXPECT_NE(out.status, 0);
+  EXPECT_NE(out.text.find("/var/run/netns/hoopsim-h0"), std::string::npos)
+      << out.text;
+}
+
+TEST_F(Netsim, HoopBenchAcrossEmulatedHostsIsCorrect) {
+  Output out = Shell(kNetsim + " run 3 1gbit -- " + HOOP_RUN_PATH +
+                   " --netns hoopsim -n 3 " + HOOP_BENCH_PATH +
+                   " -b 1K -e 64K -c 1");
+  ASSERT_EQ(out.status, 0) << out.text;
+  EXPECT_TRUE(HoopsimNamespaces().empty());
+  int rows = 0;
+  std::istringstream in(out.text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("[0] ", 0) != 0) continue;
+    std::istringstream fields(line.substr(4));
+    std::vector<std::string> f;
+    for (std::string w; fields >> w;) f.push_back(w);
+    if (f.empty() || !isdigit((unsigned char)f[0][0])) continue;
+    ASSERT_EQ(f.size(), 13u) << line;
+    EXPECT_EQ(f[8], "0") << "out-of-place #wrong: " << line;
+    EXPECT_EQ(f[12], "0") << "in-place #wrong: " << line;
+    rows++;
+  }
+  EXPECT_EQ(rows, 7) << out.text;  // 1K, 2K, ..., 64K
+}
+
+}  // namespace

@@ -1,0 +1,633 @@
+// Traffic counters and the cost model.  After hoop_comm_reset_stats and one
+// call, hoop_comm_get_stats and hoop_comm_get_peer_bytes must show exactly
+// the payload each algorithm's schedule moves, per peer, computed here from
+// the closed forms of each schedule (not from the library's plans): the
+// ring's uneven chunks, the parameter server's star, the double binary
+// tree's two halves, the broadcast/reduce chain and single tree.  Calls and
+// time are counted under the collective and algorithm that ran.
+#include <gtest/gtest.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+
+using namespace hooptest;
+
+namespace {
+
+// Payload elements this rank sends to and receives from each peer.
+struct Traffic {
+  explicit Traffic(int n) : sent((size_t)n, 0), received((size_t)n, 0) {}
+  void to(int peer, uint64_t elems) { sent[(size_t)peer] += elems; }
+  void from(int peer, uint64_t elems) { received[(size_t)peer] += elems; }
+  std::vector<uint64_t> sent, received;
+};
+
+int mod(int a, int n) { return ((a % n) + n) % n; }
+
+// Ring chunk i of `count` elements over n ranks: the first count % n chunks
+// are one element longer.
+uint64_t chunk_len(size_t count, int n, int i) {
+  return count / (size_t)n + ((size_t)i < count % (size_t)n ? 1 : 0);
+}
+
+// Reduce-scatter sends every chunk but the rank's own to the next rank;
+// all-gather sends every chunk but the next rank's.  Receiving mirrors it
+// from the previous rank.
+Traffic ring_allreduce(int n, int r, size_t count) {
+  Traffic t(n);
+  int next = mod(r + 1, n), prev = mod(r - 1, n);
+  t.to(next, (count - chunk_len(count, n, r)) +
+                 (count - chunk_len(count, n, next)));
+  t.from(prev, (count - chunk_len(count, n, prev)) +
+                   (count - chunk_len(count, n, r)));
+  return t;
+}
+
+// Reduce-scatter and all-gather of blocks of c: N-1 blocks each way.
+Traffic ring_half(int n, int r, size_t c) {
+  Traffic t(n);
+  t.to(mod(r + 1, n), (uint64_t)(n - 1) * c);
+  t.from(mod(r - 1, n), (uint64_t)(n - 1) * c);
+  return t;
+}
+
+// Root 0 receives every rank's whole buffer and sends the sum back.
+Traffic ps_allreduce(int n, int r, size_t count) {
+  Traffic t(n);
+  for (int p = 0; p < n; p++) {
+    if (p != r && (r == 0 || p == 0)) {
+      t.to(p, count);
+      t.from(p, count);
+    }
+  }
+  return t;
+}
+
+// One binary tree over positions 0..n-1, position q held by rank
+// rank_of(q): position p's parent is (p-1)/2 and its children 2p+1 and
+// 2p+2.  `up` elements flow from child to parent, `down` from parent to
+// child.
+template <typename RankOf>
+void add_tree(Traffic &t, int n, int p, RankOf rank_of, uint64_t up,
+              uint64_t down) {
+  for (int c : {2 * p + 1, 2 * p + 2}) {
+    if (c < n) {
+      t.from(rank_of(c), up);
+      t.to(rank_of(c), down);
+    }
+  }
+  if (p > 0) {
+    t.to(rank_of((p - 1) / 2), up);
+    t.from(rank_of((p - 1) / 2), down);
+  }
+}
+
+// Double binary tree: tree 0 (position = rank) reduces and broadcasts the
+// first count/2 elements, tree 1 (position = N-1-rank) the rest.
+Traffic tree_allreduce(int n, int r, size_t count) {
+  Traffic t(n);
+  uint64_t h0 = count / 2, h1 = count - count / 2;
+  add_tree(t, n, r, [](int q) { return q; }, h0, h0);
+  add_tree(t, n, n - 1 - r, [n](int q) { return n - 1 - q; }, h1, h1);
+  return t;
+}
+
+// Broadcast and reduce trees: one tree rooted at root.
+Traffic rooted_tree(int n, int r, int root, size_t count, bool broadcast) {
+  Traffic t(n);
+  add_tree(t, n, mod(r - root, n), [n, root](int q) { return (q + root) % n; },
+           broadcast ? 0 : count, broadcast ? count : 0);
+  return t;
+}
+
+// Broadcast chain root, root+1, ..., root-1; reduce chain root+1, ...,
+// root.  Each rank but the first receives from its predecessor and each
+// but the last sends to its successor.
+Traffic chain(int n, int r, int root, size_t count, bool broadcast) {
+  Traffic t(n);
+  int first = broadcast ? root : mod(root + 1, n);
+  int pos = mod(r - first, n);
+  if (pos > 0)
+    t.from(mod(r - 1, n), count);
+  if (pos < n - 1)
+    t.to(mod(r + 1, n), count);
+  return t;
+}
+
+int64_t monotonic_ns() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+uint64_t sum(const std::vector<uint64_t> &v) {
+  return std::accumulate(v.begin(), v.end(), (uint64_t)0);
+}
+
+// Checks the totals and every peer's bytes against `t` (in elements of
+// `esz` bytes, `calls` times over), and that the peers add up to the
+// totals.
+void check_bytes(RankLog &log, hoop_comm_t comm, int rank, int nranks,
+                 const std::string &what, const hoop_stats_t &st,
+                 const Traffic &t, size_t esz, uint64_t calls) {
+  uint64_t want_sent = sum(t.sent) * esz * calls;
+  uint64_t want_recv = sum(t.received) * esz * calls;
+  RANK_EXPECT(log, st.bytes_sent == want_sent && st.bytes_received == want_recv,
+              "%s: bytes sent/received %llu/%llu, want %llu/%llu",
+              what.c_str(), (unsigned long long)st.bytes_sent,
+              (unsigned long long)st.bytes_received,
+              (unsigned long long)want_sent, (unsigned long long)want_recv);
+  uint64_t peer_sent_total = 0, peer_recv_total = 0;
+  for (int p = 0; p < nranks; p++) {
+    if (p == rank)
+      continue;
+    uint64_t s = ~0ULL, rcv = ~0ULL;
+    RANK_EXPECT_OK(log, comm, hoop_comm_get_peer_bytes(comm, p, &s, &rcv));
+    uint64_t ws = t.sent[(size_t)p] * esz * calls;
+    uint64_t wr = t.received[(size_t)p] * esz * calls;
+    RANK_EXPECT(log, s == ws && rcv == wr,
+                "%s: peer %d sent/received %llu/%llu, want %llu/%llu",
+                what.c_str(), p, (unsigned long long)s,
+                (unsigned long long)rcv, (unsigned long long)ws,
+                (unsigned long long)wr);
+    peer_sent_total += s;
+    peer_recv_total += rcv;
+  }
+  RANK_EXPECT(log, peer_sent_total == st.bytes_sent &&
+                       peer_recv_total == st.bytes_received,
+              "%s: peers sum to %llu/%llu, totals say %llu/%llu",
+              what.c_str(), (unsigned long long)peer_sent_total,
+              (unsigned long long)peer_recv_total,
+              (unsigned long long)st.bytes_sent,
+              (unsigned long long)st.bytes_received);
+}
+
+// Checks the counters after `calls` identical calls since the last reset,
+// each moving `t`, counted under by_coll[coll][algo] and nowhere else;
+// `wall_ns` is the time the test measured around the calls, which bounds
+// the time counted inside them.
+void check_counters(RankLog &log, hoop_comm_t comm, int rank, int nranks,
+                    const std::string &what, hoop_coll_t coll,
+                    hoop_algo_t algo, const Traffic &t, size_t esz,
+                    uint64_t calls, int64_t wall_ns) {
+  hoop_stats_t st;
+  memset(&st, 0xff, sizeof st);
+  hoop_result_t res = hoop_comm_get_stats(comm, &st);
+  if (res != HOOP_SUCCESS) {
+    log.fail("%s: get_stats: %s", what.c_str(), hoop_result_name(res));
+    return;
+  }
+  check_bytes(log, comm, rank, nranks, what, st, t, esz, calls);
+  uint64_t want_sent = sum(t.sent) * esz * calls;
+  uint64_t want_recv = sum(t.received) * esz * calls;
+  const hoop_coll_stats_t &cs = st.by_coll[coll][algo];
+  RANK_EXPECT(log, cs.calls == calls, "%s: %llu calls counted, want %llu",
+              what.c_str(), (unsigned long long)cs.calls,
+              (unsigned long long)calls);
+  RANK_EXPECT(log, cs.bytes_sent == want_sent &&
+                       cs.bytes_received == want_recv,
+              "%s: by_coll bytes sent/received %llu/%llu, want %llu/%llu",
+              what.c_str(), (unsigned long long)cs.bytes_sent,
+              (unsigned long long)cs.bytes_received,
+              (unsigned long long)want_sent, (unsigned long long)want_recv);
+  // 100 us of slack covers a library clock other than CLOCK_MONOTONIC.
+  RANK_EXPECT(log, cs.time_ns > 0 && (int64_t)cs.time_ns <= wall_ns + 100000,
+              "%s: time_ns %llu, measured around the calls %lld",
+              what.c_str(), (unsigned long long)cs.time_ns,
+              (long long)wall_ns);
+  for (int c = 0; c < HOOP_COLL_COUNT; c++) {
+    for (int a = 0; a < HOOP_ALGO_COUNT; a++) {
+      const hoop_coll_stats_t &o = st.by_coll[c][a];
+      if ((c == coll && a == algo) ||
+          (o.calls == 0 && o.time_ns == 0 && o.bytes_sent == 0 &&
+           o.bytes_received == 0))
+        continue;
+      log.fail("%s: by_coll[%d][%d] is not zero (%llu calls)", what.c_str(),
+               c, a, (unsigned long long)o.calls);
+    }
+  }
+}
+
+enum class Kind { AllReduce, ReduceScatter, AllGather, Broadcast, Reduce };
+
+struct Case {
+  Kind kind;
+  hoop_algo_t algo; // as set with hoop_comm_set_algo
+  hoop_dtype_t dtype;
+  size_t count; // reduce-scatter and all-gather: per-rank block
+  int root;
+};
+
+hoop_coll_t coll_of(Kind k) {
+  switch (k) {
+  case Kind::AllReduce: return HOOP_COLL_ALLREDUCE;
+  case Kind::ReduceScatter: return HOOP_COLL_REDUCE_SCATTER;
+  case Kind::AllGather: return HOOP_COLL_ALLGATHER;
+  case Kind::Broadcast: return HOOP_COLL_BROADCAST;
+  case Kind::Reduce: return HOOP_COLL_REDUCE;
+  }
+  return HOOP_COLL_ALLREDUCE;
+}
+
+const char *algo_label(hoop_algo_t a) {
+  switch (a) {
+  case HOOP_ALGO_RING: return "ring";
+  case HOOP_ALGO_TREE: return "tree";
+  case HOOP_ALGO_PS: return "ps";
+  case HOOP_ALGO_AUTO: return "auto";
+  default: return "other";
+  }
+}
+
+Traffic expected_traffic(const Case &c, int n, int r) {
+  switch (c.kind) {
+  case Kind::AllReduce:
+    if (c.algo == HOOP_ALGO_TREE)
+      return tree_allreduce(n, r, c.count);
+    return c.algo == HOOP_ALGO_PS ? ps_allreduce(n, r, c.count)
+                                  : ring_allreduce(n, r, c.count);
+  case Kind::ReduceScatter:
+  case Kind::AllGather: return ring_half(n, r, c.count);
+  case Kind::Broadcast:
+  case Kind::Reduce: {
+    bool bcast = c.kind == Kind::Broadcast;
+    return c.algo == HOOP_ALGO_TREE ? rooted_tree(n, r, c.root, c.count, bcast)
+                                    : chain(n, r, c.root, c.count, bcast);
+  }
+  }
+  return Traffic(n);
+}
+
+// One call of the case; the data is not checked here (test_collectives
+// and test_algorithms do that), only what the counters say about it.
+hoop_result_t call_once(hoop_comm_t comm, const Case &c,
+                        std::vector<char> &send, std::vector<char> &recv) {
+  switch (c.kind) {
+  case Kind::AllReduce:
+    return hoop_allreduce(comm, send.data(), recv.data(), c.count, c.dtype,
+                          HOOP_SUM, nullptr);
+  case Kind::ReduceScatter:
+    return hoop_reduce_scatter(comm, send.data(), recv.data(), c.count,
+                               c.dtype, HOOP_SUM, nullptr);
+  case Kind::AllGather:
+    return hoop_allgather(comm, send.data(), recv.data(), c.count, c.dtype,
+                          nullptr);
+  case Kind::Broadcast:
+    return hoop_broadcast(comm, send.data(), recv.data(), c.count, c.dtype,
+                          c.root, nullptr);
+  case Kind::Reduce:
+    return hoop_reduce(comm, send.data(), recv.data(), c.count, c.dtype,
+                       HOOP_SUM, c.root, nullptr);
+  }
+  return HOOP_ERR_INTERNAL;
+}
+
+const char *kind_name(Kind k) {
+  switch (k) {
+  case Kind::AllReduce: return "allreduce";
+  case Kind::ReduceScatter: return "reduce_scatter";
+  case Kind::AllGather: return "allgather";
+  case Kind::Broadcast: return "broadcast";
+  case Kind::Reduce: return "reduce";
+  }
+  return "?";
+}
+
+// Resets, runs the case `calls` times and checks the counters.
+void run_case(RankLog &log, hoop_comm_t comm, int rank, int nranks,
+              const Case &c, uint64_t calls) {
+  size_t esz = hoop_dtype_size(c.dtype);
+  size_t total = c.kind == Kind::ReduceScatter || c.kind == Kind::AllGather
+                     ? c.count * nranks
+                     : c.count;
+  std::vector<char> send(total * esz + 1), recv(total * esz + 1);
+  std::string what = std::string(kind_name(c.kind)) + " " +
+                     algo_label(c.algo) + " " + hoop_dtype_name(c.dtype) +
+                     " count " + std::to_string(c.count) + " root " +
+                     std::to_string(c.root);
+  RANK_EXPECT_OK(log, comm, hoop_comm_set_algo(comm, c.algo));
+  RANK_EXPECT_OK(log, comm, hoop_comm_reset_stats(comm));
+  int64_t t0 = monotonic_ns();
+  for (uint64_t i = 0; i < calls; i++) {
+    hoop_result_t res = call_once(comm, c, send, recv);
+    if (res != HOOP_SUCCESS) {
+      log.fail("%s: %s: %s", what.c_str(), hoop_result_name(res),
+               hoop_comm_last_error(comm));
+      return;
+    }
+  }
+  int64_t wall = monotonic_ns() - t0;
+  // Reduce-scatter and all-gather always use the ring, whatever is set.
+  bool ring_only =
+      c.kind == Kind::ReduceScatter || c.kind == Kind::AllGather;
+  hoop_algo_t counted = ring_only ? HOOP_ALGO_RING : c.algo;
+  check_counters(log, comm, rank, nranks, what, coll_of(c.kind), counted,
+                 expected_traffic(c, nranks, rank), esz, calls, wall);
+}
+
+std::vector<Case> all_cases(int n) {
+  std::vector<Case> cases;
+  // Divisible by N (and by 2N, for the trees' halves), not divisible, and
+  // several 256 KiB slices long; 1 leaves tree 0 and most chunks empty.
+  const size_t counts[] = {0,
+                           1,
+                           7,
+                           (size_t)1000 * n,
+                           (size_t)1000 * n + 3,
+                           (size_t)200000 * n + 1};
+  std::vector<int> roots = {0, n - 1, n / 2};
+  const hoop_dtype_t dtypes[] = {HOOP_F32, HOOP_U8, HOOP_F64};
+  int di = 0;
+  for (size_t count : counts) {
+    hoop_dtype_t t = dtypes[di++ % 3];
+    for (hoop_algo_t a : {HOOP_ALGO_RING, HOOP_ALGO_TREE, HOOP_ALGO_PS})
+      cases.push_back({Kind::AllReduce, a, t, count, 0});
+    // Set to TREE, to show the setting does not reach them.
+    cases.push_back({Kind::ReduceScatter, HOOP_ALGO_TREE, t, count, 0});
+    cases.push_back({Kind::AllGather, HOOP_ALGO_TREE, t, count, 0});
+    for (int root : roots) {
+      for (hoop_algo_t a : {HOOP_ALGO_RING, HOOP_ALGO_TREE}) {
+        cases.push_back({Kind::Broadcast, a, t, count, root});
+        cases.push_back({Kind::Reduce, a, t, count, root});
+      }
+    }
+  }
+  return cases;
+}
+
+std::string ranks_name(const ::testing::TestParamInfo<int> &info) {
+  return std::to_string(info.param) + "ranks";
+}
+
+class Stats : public ::testing::TestWithParam<int> {};
+
+TEST_P(Stats, ExactPayloadBytesPerCollectiveAlgorithmAndPeer) {
+  RunResult r = run_ranks(GetParam(), [](RankLog &log, hoop_comm_t comm,
+                                         int rank, int nranks) {
+    for (const Case &c : all_cases(nranks)) {
+      run_case(log, comm, rank, nranks, c, 1);
+      if (!log.ok())
+        return;
+    }
+  });
+  EXPECT_TRUE(r.all_ok()) << describe(r);
+}
+
+bool all_zero(const hoop_stats_t &st) {
+  hoop_stats_t zero;
+  memset(&zero, 0, sizeof zero);
+  return memcmp(&st, &zero, sizeof st) == 0;
+}
+
+TEST_P(Stats, CallsAccumulateAndResetClearsEverything) {
+  RunResult r = run_ranks(GetParam(), [](RankLog &log, hoop_comm_t comm,
+                                         int rank, int nranks) {
+    // Three calls count three times, bytes included.
+    run_case(log, comm, rank, nranks,
+             {Kind::AllReduce, HOOP_ALGO_RING, HOOP_F32,
+              (size_t)1000 * nranks + 1, 0},
+             3);
+    // A barrier is counted as one barrier call (under whichever algorithm
+    // it uses) and leaves the all-reduce's counts alone.
+    hoop_stats_t before, after;
+    RANK_EXPECT_OK(log, comm, hoop_comm_get_stats(comm, &before));
+    RANK_EXPECT_OK(log, comm, hoop_barrier(comm));
+    RANK_EXPECT_OK(log, comm, hoop_comm_get_stats(comm, &after));
+    uint64_t barrier_calls = 0;
+    for (int a = 0; a < HOOP_ALGO_COUNT; a++)
+      barrier_calls += after.by_coll[HOOP_COLL_BARRIER][a].calls -
+                       before.by_coll[HOOP_COLL_BARRIER][a].calls;
+    RANK_EXPECT(log, barrier_calls == 1, "barrier counted %llu calls",
+                (unsigned long long)barrier_calls);
+    const hoop_coll_stats_t &ar0 =
+        before.by_coll[HOOP_COLL_ALLREDUCE][HOOP_ALGO_RING];
+    const hoop_coll_stats_t &ar1 =
+        after.by_coll[HOOP_COLL_ALLREDUCE][HOOP_ALGO_RING];
+    RANK_EXPECT(log, memcmp(&ar0, &ar1, sizeof ar0) == 0,
+                "barrier changed the all-reduce counters");
+
+    RANK_EXPECT_OK(log, comm, hoop_comm_reset_stats(comm));
+    RANK_EXPECT_OK(log, comm, hoop_comm_get_stats(comm, &after));
+    RANK_EXPECT(log, all_zero(after), "reset left counters behind");
+    for (int p = 0; p < nranks; p++) {
+      if (p == rank)
+        continue;
+      uint64_t s = ~0ULL, rcv = ~0ULL;
+      RANK_EXPECT_OK(log, comm, hoop_comm_get_peer_bytes(comm, p, &s, &rcv));
+      RANK_EXPECT(log, s == 0 && rcv == 0,
+                  "reset left %llu/%llu bytes for peer %d",
+                  (unsigned long long)s, (unsigned long long)rcv, p);
+    }
+  });
+  EXPECT_TRUE(r.all_ok()) << describe(r);
+}
+
+// The bytes of a send are its payload, counted for that peer on both ends.
+TEST_P(Stats, PointToPointAndAllToAllBytesPerPeer) {
+  RunResult r = run_ranks(GetParam(), [](RankLog &log, hoop_comm_t comm,
+                                         int rank, int nranks) {
+    // A group in which rank r sends 1000 + r doubles to r+1.  (How many
+    // calls a group counts as is not specified, so only bytes are checked.)
+    int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
+    std::vector<double> out(1000 + rank), in(1000 + prev);
+    RANK_EXPECT_OK(log, comm, hoop_comm_reset_stats(comm));
+    RANK_EXPECT_OK(log, comm, hoop_group_start());
+    RANK_EXPECT_OK(log, comm, hoop_send(comm, out.data(), out.size(),
+                                        HOOP_F64, next, nullptr));
+    RANK_EXPECT_OK(log, comm, hoop_recv(comm, in.data(), in.size(), HOOP_F64,
+                                        prev, nullptr));
+    hoop_result_t res = hoop_group_end();
+    RANK_EXPECT(log, res == HOOP_SUCCESS, "group_end: %s: %s",
+                hoop_result_name(res), hoop_comm_last_error(comm));
+    Traffic ring(nranks);
+    ring.to(next, out.size());
+    ring.from(prev, in.size());
+    hoop_stats_t st;
+    RANK_EXPECT_OK(log, comm, hoop_comm_get_stats(comm, &st));
+    check_bytes(log, comm, rank, nranks, "group ring exchange", st, ring, 8,
+                1);
+
+    // One blocking send from rank 0 to the last rank: one send/recv call on
+    // each of the two, nothing on the others.
+    RANK_EXPECT_OK(log, comm, hoop_comm_reset_stats(comm));
+    int last = nranks - 1;
+    std::vector<int16_t> msg(777);
+    int64_t t0 = monotonic_ns();
+    if (rank == 0)
+      RANK_EXPECT_OK(log, comm, hoop_send(comm, msg.data(), msg.size(),
+                                          HOOP_F16, last, nullptr));
+    else if (rank == last)
+      RANK_EXPECT_OK(log, comm, hoop_recv(comm, msg.data(), msg.size(),
+                                          HOOP_F16, 0, nullptr));
+    int64_t wall = monotonic_ns() - t0;
+    Traffic one(nranks);
+    if (rank == 0)
+      one.to(last, msg.size());
+    if (rank == last)
+      one.from(0, msg.size());
+    if (rank == 0 || rank == last) {
+      check_counters(log, comm, rank, nranks, "blocking send",
+                     HOOP_COLL_SENDRECV, HOOP_ALGO_P2P, one, 2, 1, wall);
+    } else {
+      RANK_EXPECT_OK(log, comm, hoop_comm_get_stats(comm, &st));
+      check_bytes(log, comm, rank, nranks, "blocking send elsewhere", st, one,
+                  2, 1);
+    }
+
+    // All-to-all: `count` elements to and from every other rank; the block
+    // a rank keeps for itself crosses no link.
+    for (size_t count : {(size_t)0, (size_t)1009}) {
+      std::vector<float> a2a_out(count * nranks), a2a_in(count * nranks);
+      RANK_EXPECT_OK(log, comm, hoop_comm_reset_stats(comm));
+      t0 = monotonic_ns();
+      RANK_EXPECT_OK(log, comm, hoop_alltoall(comm, a2a_out.data(),
+                                              a2a_in.data(), count, HOOP_F32,
+                                              nullptr));
+      wall = monotonic_ns() - t0;
+      Traffic all(nranks);
+      for (int p = 0; p < nranks; p++) {
+        if (p != rank) {
+          all.to(p, count);
+          all.from(p, count);
+        }
+      }
+      check_counters(log, comm, rank, nranks,
+                     "alltoall count " + std::to_string(count),
+                     HOOP_COLL_ALLTOALL, HOOP_ALGO_P2P, all, 4, 1, wall);
+    }
+  });
+  EXPECT_TRUE(r.all_ok()) << describe(r);
+}
+
+TEST_P(Stats, BadArgumentsAreRejected) {
+  RunResult r = run_ranks(GetParam(), [](RankLog &log, hoop_comm_t comm, int,
+                                         int nranks) {
+    uint64_t s, rcv;
+    hoop_result_t res;
+    for (int peer : {-1, nranks}) {
+      res = hoop_comm_get_peer_bytes(comm, peer, &s, &rcv);
+      RANK_EXPECT(log, res == HOOP_ERR_INVALID_ARGUMENT, "peer %d: %s", peer,
+                  hoop_result_name(res));
+    }
+    res = hoop_comm_get_stats(comm, nullptr);
+    RANK_EXPECT(log, res == HOOP_ERR_INVALID_ARGUMENT, "NULL stats: %s",
+                hoop_result_name(res));
+    double secs;
+    res = hoop_comm_predict(comm, HOOP_COLL_ALLREDUCE, HOOP_ALGO_RING, 4096,
+                            nullptr);
+    RANK_EXPECT(log, res == HOOP_ERR_INVALID_ARGUMENT, "NULL seconds: %s",
+                hoop_result_name(res));
+    res = hoop_comm_predict(comm, HOOP_COLL_ALLREDUCE, (hoop_algo_t)99, 4096,
+                            &secs);
+    RANK_EXPECT(log, res == HOOP_ERR_INVALID_ARGUMENT, "algo 99: %s",
+                hoop_result_name(res));
+  });
+  EXPECT_TRUE(r.all_ok()) << describe(r);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, Stats, ::testing::Values(2, 3, 4, 5, 8),
+                         ranks_name);
+
+// ---- Cost model ---------------------------------------------------------
+
+double predict(RankLog &log, hoop_comm_t comm, hoop_algo_t algo,
+               size_t bytes) {
+  double secs = -1;
+  RANK_EXPECT_OK(log, comm, hoop_comm_predict(comm, HOOP_COLL_ALLREDUCE, algo,
+                                              bytes, &secs));
+  RANK_EXPECT(log, std::isfinite(secs) && secs > 0,
+              "%s at %zu bytes: %g s", algo_label(algo), bytes, secs);
+  return secs;
+}
+
+class Predict : public ::testing::TestWithParam<int> {};
+
+TEST_P(Predict, AllReduceModelRanksAlgorithmsSensibly) {
+  RunResult r = run_ranks(GetParam(), [](RankLog &log, hoop_comm_t comm, int,
+                                         int nranks) {
+    hoop_model_t model;
+    memset(&model, 0, sizeof model);
+    RANK_EXPECT_OK(log, comm, hoop_comm_get_model(comm, &model));
+    RANK_EXPECT(log, model.alpha_s > 0 && model.link_beta_s > 0 &&
+                         model.host_beta_s > 0 && model.host_cores >= 1,
+                "alpha %g s, link beta %g s/B, host beta %g s/B, %d cores",
+                model.alpha_s, model.link_beta_s, model.host_beta_s,
+                model.host_cores);
+    // run_ranks forks every rank on this machine.
+    RANK_EXPECT(log, model.single_host == 1, "single_host %d",
+                model.single_host);
+    // More bytes never take less time.
+    for (hoop_algo_t a : {HOOP_ALGO_RING, HOOP_ALGO_TREE, HOOP_ALGO_PS}) {
+      double prev = 0;
+      for (size_t bytes = 1024; bytes <= ((size_t)1 << 30); bytes *= 4) {
+        double s = predict(log, comm, a, bytes);
+        RANK_EXPECT(log, s >= prev, "%s: %g s at %zu bytes < %g s before",
+                    algo_label(a), s, bytes, prev);
+        prev = s;
+      }
+    }
+    // AUTO is priced as the algorithm it picks, which is one of the three.
+    for (size_t bytes : {(size_t)4096, (size_t)1 << 20, (size_t)256 << 20}) {
+      double a = predict(log, comm, HOOP_ALGO_AUTO, bytes);
+      double ring = predict(log, comm, HOOP_ALGO_RING, bytes);
+      double tree = predict(log, comm, HOOP_ALGO_TREE, bytes);
+      double ps = predict(log, comm, HOOP_ALGO_PS, bytes);
+      RANK_EXPECT(log, a == ring || a == tree || a == ps,
+                  "%zu bytes: auto %g s, ring %g, tree %g, ps %g", bytes, a,
+                  ring, tree, ps);
+    }
+    if (nranks == 8) {
+      // Small messages: the tree's 2 log N hops beat the ring's 2(N-1).
+      double ring = predict(log, comm, HOOP_ALGO_RING, 4096);
+      double tree = predict(log, comm, HOOP_ALGO_TREE, 4096);
+      RANK_EXPECT(log, tree < ring, "4 KiB: tree %g s, ring %g s", tree,
+                  ring);
+    }
+  });
+  EXPECT_TRUE(r.all_ok()) << describe(r);
+}
+
+// Large messages, when every rank has a core of its own.  (With more ranks
+// than cores the model charges every all-reduce for all ranks' copies
+// shared among the cores, which ring, tree and PS make alike, so their
+// bandwidth terms tie by design and only hop counts separate them.)
+TEST_P(Predict, LargeAllReduceOrderingWhenEveryRankHasACore) {
+  int n = GetParam();
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  if (cores < n)
+    GTEST_SKIP() << n << " ranks on " << cores
+                 << " cores: the model prices the shared cores, not links";
+  RunResult r = run_ranks(n, [](RankLog &log, hoop_comm_t comm, int,
+                                int nranks) {
+    hoop_model_t model;
+    RANK_EXPECT_OK(log, comm, hoop_comm_get_model(comm, &model));
+    RANK_EXPECT(log, model.host_cores >= nranks,
+                "model sees %d cores for %d ranks", model.host_cores, nranks);
+    if (nranks == 8) {
+      // The tree's busiest rank moves 4K bytes, the ring's 4(N-1)/N K.
+      double ring = predict(log, comm, HOOP_ALGO_RING, (size_t)256 << 20);
+      double tree = predict(log, comm, HOOP_ALGO_TREE, (size_t)256 << 20);
+      RANK_EXPECT(log, ring < tree, "256 MiB: ring %g s, tree %g s", ring,
+                  tree);
+    }
+    if (nranks >= 3) {
+      // The server moves 2(N-1) buffers, a ring rank 4(N-1)/N.
+      double ring = predict(log, comm, HOOP_ALGO_RING, (size_t)64 << 20);
+      double ps = predict(log, comm, HOOP_ALGO_PS, (size_t)64 << 20);
+      RANK_EXPECT(log, ps > ring, "64 MiB: ps %g s, ring %g s", ps, ring);
+    }
+  });
+  EXPECT_TRUE(r.all_ok()) << describe(r);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, Predict, ::testing::Values(2, 3, 5, 8),
+                         ranks_name);
+
+} // namespace
