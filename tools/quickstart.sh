@@ -12,8 +12,9 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$root/build}
 
 packages=(build-essential cmake ninja-build pkg-config libgtest-dev)
-# mpirun lets the tests check that hoop programs run unchanged under it.
-[ "$mode" = test ] && packages+=(openmpi-bin)
+# mpirun lets the tests check that hoop programs run unchanged under it;
+# iproute2 lets them build emulated hosts (network namespaces).
+[ "$mode" = test ] && packages+=(openmpi-bin iproute2)
 
 install_missing() {
   local missing=()
