@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdarg>
 #include <cstdio>
 #include <functional>
@@ -55,6 +56,33 @@ class RankLog {
       (log).fail("%s:%d: %s returned %s: %s", __FILE__, __LINE__, #call,    \
                  hoop_result_name(r_), hoop_comm_last_error(comm));          \
   } while (0)
+
+const unsigned char kCanary = 0xA5;
+
+// A buffer of `count` elements with one spare element of canary bytes on
+// each side, which catch writes out of bounds.
+struct Guarded {
+  Guarded(size_t count, size_t esz)
+      : esz_(esz), bytes_((count + 2) * esz, (char)kCanary) {}
+  char *data() { return bytes_.data() + esz_; }
+  bool guards_intact() const {
+    for (size_t b = 0; b < esz_; b++) {
+      if ((unsigned char)bytes_[b] != kCanary ||
+          (unsigned char)bytes_[bytes_.size() - 1 - b] != kCanary)
+        return false;
+    }
+    return true;
+  }
+  // True when no byte at all changed since construction.
+  bool all_canary() const {
+    return std::all_of(bytes_.begin(), bytes_.end(),
+                       [](char c) { return (unsigned char)c == kCanary; });
+  }
+
+ private:
+  size_t esz_;
+  std::vector<char> bytes_;
+};
 
 using RankFn = std::function<void(RankLog &log, hoop_comm_t comm, int rank,
                                   int nranks)>;

@@ -48,33 +48,6 @@ struct Case {
   uint64_t seed;
 };
 
-const unsigned char kCanary = 0xA5;
-
-// A buffer of `count` elements with one spare element of canary bytes on
-// each side, which catch writes out of bounds.
-struct Guarded {
-  Guarded(size_t count, size_t esz)
-      : esz_(esz), bytes_((count + 2) * esz, (char)kCanary) {}
-  char *data() { return bytes_.data() + esz_; }
-  bool guards_intact() const {
-    for (size_t b = 0; b < esz_; b++) {
-      if ((unsigned char)bytes_[b] != kCanary ||
-          (unsigned char)bytes_[bytes_.size() - 1 - b] != kCanary)
-        return false;
-    }
-    return true;
-  }
-  // True when no byte at all changed since construction.
-  bool all_canary() const {
-    return std::all_of(bytes_.begin(), bytes_.end(),
-                       [](char c) { return (unsigned char)c == kCanary; });
-  }
-
- private:
-  size_t esz_;
-  std::vector<char> bytes_;
-};
-
 std::string describe_case(const Case &c) {
   std::string s = std::string(coll_name(c.coll)) + " " +
                   hoop_dtype_name(c.dtype);

@@ -20,28 +20,6 @@ using namespace hooptest;
 
 namespace {
 
-const unsigned char kCanary = 0xA5;
-
-// A buffer of `count` elements with one spare element of canary bytes on
-// each side, which catch writes out of bounds.
-struct Guarded {
-  Guarded(size_t count, size_t esz)
-      : esz_(esz), bytes_((count + 2) * esz, (char)kCanary) {}
-  char *data() { return bytes_.data() + esz_; }
-  bool guards_intact() const {
-    for (size_t b = 0; b < esz_; b++) {
-      if ((unsigned char)bytes_[b] != kCanary ||
-          (unsigned char)bytes_[bytes_.size() - 1 - b] != kCanary)
-        return false;
-    }
-    return true;
-  }
-
- private:
-  size_t esz_;
-  std::vector<char> bytes_;
-};
-
 // A message is `count` elements of the sender's input stream starting at
 // global index `first`; distinct `first`s make distinct messages.
 struct Message {
