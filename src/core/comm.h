@@ -84,9 +84,8 @@ const char *hoop__peer_desc(const struct hoop_comm *comm, int peer,
 /*
  * The connection to `peer` for `channel`.  Joining makes every peer's
  * channel 0 and the ring neighbours' other channels; any other is made on
- * first use, blocking and
- * bounded by the communicator's timeout; the peer must be asking for the
- * same connection at about the same time.
+ * first use, blocking and bounded by the communicator's timeout, and the
+ * peer must be asking for the same connection at about the same time.
  */
 hoop_result_t hoop__comm_conn(struct hoop_comm *comm, int peer, int channel,
                               struct hoop_conn **conn);
