@@ -1,0 +1,210 @@
+/*
+ * Bucketed, overlapped gradient averaging.  The main thread only flips
+ * ready counts and queues buckets; one communication thread owns the
+ * communicator during a step and runs the all-reduces in queue order,
+ * which is the same on every rank because backward runs the layers in the
+ * same order everywhere.
+ */
+#include "ddp.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct bucket {
+  size_t begin, count; /* floats of the gradient array */
+  int first_layer, nlayers, ready;
+};
+
+struct ddp {
+  hoop_comm_t comm;
+  float *grads;
+  int nbuckets;
+  struct bucket *buckets;
+  int *bucket_of_layer;
+  int syncing;
+
+  pthread_t thread;
+  int have_thread;
+  pthread_mutex_t lock;
+  pthread_cond_t wake;
+  int *queue; /* bucket indices, queued in backward order */
+  int queued, taken, finished;
+  int stop;
+  double comm_s;
+  char error[512];
+};
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void *comm_main(void *arg) {
+  ddp_t *d = arg;
+  pthread_mutex_lock(&d->lock);
+  for (;;) {
+    while (!d->stop && d->taken == d->queued)
+      pthread_cond_wait(&d->wake, &d->lock);
+    if (d->stop)
+      break;
+    struct bucket *b = &d->buckets[d->queue[d->taken++]];
+    int failed = d->error[0] != '\0';
+    pthread_mutex_unlock(&d->lock);
+
+    /* After a failure the communicator is broken; later buckets are only
+     * marked finished so that the main thread stops waiting. */
+    double t0 = now_s();
+    hoop_result_t res = HOOP_SUCCESS;
+    if (!failed)
+      res = hoop_allreduce(d->comm, d->grads + b->begin,
+                           d->grads + b->begin, b->count, HOOP_F32,
+                           HOOP_AVG, NULL);
+    double spent = now_s() - t0;
+
+    pthread_mutex_lock(&d->lock);
+    d->comm_s += spent;
+    if (res != HOOP_SUCCESS && d->error[0] == '\0')
+      snprintf(d->error, sizeof d->error,
+               "all-reduce of gradient bucket (layers %d-%d, %zu floats) "
+               "failed: %s: %s", b->first_layer,
+               b->first_layer + b->nlayers - 1, b->count,
+               hoop_result_name(res), hoop_comm_last_error(d->comm));
+    d->finished++;
+    pthread_cond_broadcast(&d->wake);
+  }
+  pthread_mutex_unlock(&d->lock);
+  return NULL;
+}
+
+ddp_t *ddp_create(hoop_comm_t comm, float *grads, int nlayers,
+                  const size_t *offset, size_t bucket_bytes, char *err,
+                  size_t errlen) {
+  int nranks;
+  if (hoop_comm_size(comm, &nranks) != HOOP_SUCCESS) {
+    snprintf(err, errlen, "ddp: %s", hoop_last_error());
+    return NULL;
+  }
+  ddp_t *d = calloc(1, sizeof *d);
+  if (d == NULL) {
+    snprintf(err, errlen, "ddp: out of memory");
+    return NULL;
+  }
+  pthread_mutex_init(&d->lock, NULL);
+  pthread_cond_init(&d->wake, NULL);
+  d->comm = comm;
+  d->grads = grads;
+  d->buckets = calloc((size_t)nlayers, sizeof *d->buckets);
+  d->bucket_of_layer = calloc((size_t)nlayers, sizeof *d->bucket_of_layer);
+  d->queue = calloc((size_t)nlayers, sizeof *d->queue);
+  if (d->buckets == NULL || d->bucket_of_layer == NULL || d->queue == NULL) {
+    snprintf(err, errlen, "ddp: out of memory");
+    ddp_destroy(d);
+    return NULL;
+  }
+
+  /* Walk the layers backwards; a bucket is the contiguous range from its
+   * lowest layer to its highest. */
+  struct bucket *b = NULL;
+  for (int l = nlayers - 1; l >= 0; l--) {
+    if (b == NULL || b->count * sizeof(float) >= bucket_bytes)
+      b = &d->buckets[d->nbuckets++];
+    b->begin = offset[l];
+    b->count += offset[l + 1] - offset[l];
+    b->first_layer = l;
+    b->nlayers++;
+    d->bucket_of_layer[l] = (int)(b - d->buckets);
+  }
+
+  if (nranks > 1) {
+    if (pthread_create(&d->thread, NULL, comm_main, d) != 0) {
+      snprintf(err, errlen, "ddp: cannot start the communication thread");
+      ddp_destroy(d);
+      return NULL;
+    }
+    d->have_thread = 1;
+  }
+  return d;
+}
+
+void ddp_destroy(ddp_t *d) {
+  if (d == NULL)
+    return;
+  if (d->have_thread) {
+    pthread_mutex_lock(&d->lock);
+    d->stop = 1;
+    pthread_cond_broadcast(&d->wake);
+    pthread_mutex_unlock(&d->lock);
+    pthread_join(d->thread, NULL);
+  }
+  pthread_cond_destroy(&d->wake);
+  pthread_mutex_destroy(&d->lock);
+  free(d->queue);
+  free(d->bucket_of_layer);
+  free(d->buckets);
+  free(d);
+}
+
+int ddp_nbuckets(const ddp_t *d) { return d->nbuckets; }
+
+void ddp_begin_sync(ddp_t *d) {
+  for (int i = 0; i < d->nbuckets; i++)
+    d->buckets[i].ready = 0;
+  d->syncing = 1;
+  if (d->have_thread) {
+    pthread_mutex_lock(&d->lock);
+    d->queued = d->taken = d->finished = 0;
+    pthread_mutex_unlock(&d->lock);
+  }
+}
+
+void ddp_layer_done(void *ddp, int layer) {
+  ddp_t *d = ddp;
+  if (!d->syncing || !d->have_thread)
+    return;
+  int i = d->bucket_of_layer[layer];
+  struct bucket *b = &d->buckets[i];
+  if (++b->ready < b->nlayers)
+    return;
+  pthread_mutex_lock(&d->lock);
+  d->queue[d->queued++] = i;
+  pthread_cond_broadcast(&d->wake);
+  pthread_mutex_unlock(&d->lock);
+}
+
+int ddp_wait(ddp_t *d, double *wait_s, char *err, size_t errlen) {
+  if (!d->syncing)
+    return 0;
+  d->syncing = 0;
+  if (!d->have_thread)
+    return 0;
+  double t0 = now_s();
+  pthread_mutex_lock(&d->lock);
+  /* hoop's own timeout bounds each all-reduce, so this wait ends. */
+  while (d->finished < d->queued)
+    pthread_cond_wait(&d->wake, &d->lock);
+  int rc = 0;
+  if (d->error[0] != '\0') {
+    snprintf(err, errlen, "%s", d->error);
+    rc = -1;
+  } else if (d->queued != d->nbuckets) {
+    snprintf(err, errlen, "ddp: only %d of %d gradient buckets were "
+             "complete at the end of backward", d->queued, d->nbuckets);
+    rc = -1;
+  }
+  pthread_mutex_unlock(&d->lock);
+  *wait_s += now_s() - t0;
+  return rc;
+}
+
+double ddp_comm_seconds(ddp_t *d) {
+  if (!d->have_thread)
+    return 0.0;
+  pthread_mutex_lock(&d->lock);
+  double s = d->comm_s;
+  pthread_mutex_unlock(&d->lock);
+  return s;
+}

@@ -1,0 +1,44 @@
+/*
+ * Gradient averaging as PyTorch's DistributedDataParallel does it: the
+ * gradient array is cut into buckets of whole layers, last layer first
+ * (the order backward finishes them), and each bucket is all-reduced on a
+ * communication thread as soon as its last layer is done, so that
+ * communication overlaps the rest of the backward pass.
+ */
+#ifndef HOOP_TRAIN_DDP_H
+#define HOOP_TRAIN_DDP_H
+
+#include <stddef.h>
+
+#include "hoop.h"
+
+typedef struct ddp ddp_t;
+
+/*
+ * grads holds nlayers layers, layer l at [offset[l], offset[l + 1]) floats.
+ * A bucket closes once it holds at least bucket_bytes.  With one rank
+ * nothing is reduced and no thread runs.  Returns NULL with err set.
+ */
+ddp_t *ddp_create(hoop_comm_t comm, float *grads, int nlayers,
+                  const size_t *offset, size_t bucket_bytes, char *err,
+                  size_t errlen);
+/* Joins the communication thread; call only after ddp_wait. */
+void ddp_destroy(ddp_t *d);
+
+int ddp_nbuckets(const ddp_t *d);
+
+/* Starts a step whose gradients are averaged (the last micro-step). */
+void ddp_begin_sync(ddp_t *d);
+/* mlp_layer_done_fn: layer l's gradients are final for this step. */
+void ddp_layer_done(void *ddp, int layer);
+
+/*
+ * Blocks until every bucket of the step is averaged.  Adds the time spent
+ * blocked to *wait_s.  Returns 0, or -1 with the communication error in err.
+ */
+int ddp_wait(ddp_t *d, double *wait_s, char *err, size_t errlen);
+
+/* Seconds the communication thread spent inside hoop_allreduce so far. */
+double ddp_comm_seconds(ddp_t *d);
+
+#endif

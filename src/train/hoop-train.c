@@ -1,0 +1,597 @@
+/*
+ * hoop-train: data-parallel training of an MLP on an IDX image set
+ * (Fashion-MNIST by default), gradients averaged by hoop.  Started alone it
+ * trains as one rank; under hoop-run, mpirun, srun or torchrun it joins the
+ * other ranks through hoop_comm_init_env.
+ */
+#include <cblas.h>
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "checkpoint.h"
+#include "dataset.h"
+#include "hoop.h"
+#include "trainer.h"
+
+extern char **environ;
+
+#define DEFAULT_DATA "/usr/share/datasets/fashion-mnist"
+
+struct options {
+  const char *data;
+  const char *hidden;
+  int epochs, batch, accum_steps, threads;
+  optim_kind_t optim;
+  float lr, momentum, weight_decay;
+  int lr_given;
+  size_t bucket_bytes;
+  hoop_algo_t algo;
+  uint64_t seed;
+  size_t train_limit, test_limit;
+  const char *metrics, *plot, *checkpoint;
+  int resume, quiet;
+};
+
+static void usage(FILE *to) {
+  fprintf(to,
+    "usage: hoop-train [options]\n"
+    "  --data DIR          IDX files train-/t10k-{images-idx3,labels-idx1}"
+    "-ubyte[.gz]\n"
+    "                      (default " DEFAULT_DATA ")\n"
+    "  --hidden W,W,...    hidden layer widths (default 200,200)\n"
+    "  --epochs N          (default 10)\n"
+    "  --batch N           samples per rank per step (default 64)\n"
+    "  --accum-steps N     steps whose gradients add up before one update "
+    "(default 1)\n"
+    "  --optim sgd|adam    (default adam)\n"
+    "  --lr X              learning rate (default 0.001 adam, 0.05 sgd)\n"
+    "  --momentum X        SGD momentum (default 0.9)\n"
+    "  --weight-decay X    L2 penalty (default 0)\n"
+    "  --bucket-kb N       gradient bucket size (default 128)\n"
+    "  --algo ring|tree|ps|auto  all-reduce algorithm (default auto)\n"
+    "  --seed N            initial parameters and shuffling (default 1)\n"
+    "  --train-limit N     use the first N training samples (default all)\n"
+    "  --test-limit N      use the first N test samples (default all)\n"
+    "  --threads N         BLAS threads per rank (default 1)\n"
+    "  --metrics FILE      per-epoch metrics as CSV\n"
+    "  --plot FILE.png     loss and accuracy curves (needs python3 and "
+    "matplotlib)\n"
+    "  --checkpoint FILE   rank 0 saves model and optimiser every epoch\n"
+    "  --resume            continue from --checkpoint\n"
+    "  --quiet             no progress bar\n");
+}
+
+static int die_usage(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("hoop-train: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputs(" (see hoop-train --help)\n", stderr);
+  va_end(ap);
+  return 2;
+}
+
+static int parse_long(const char *text, long lo, long hi, long *out) {
+  char *end;
+  errno = 0;
+  long v = strtol(text, &end, 10);
+  if (errno != 0 || end == text || *end != '\0' || v < lo || v > hi)
+    return -1;
+  *out = v;
+  return 0;
+}
+
+static int parse_float(const char *text, float *out) {
+  char *end;
+  errno = 0;
+  float v = strtof(text, &end);
+  if (errno != 0 || end == text || *end != '\0' || !(v >= 0.0f))
+    return -1;
+  *out = v;
+  return 0;
+}
+
+static int parse_hidden(const char *text, trainer_config_t *cfg) {
+  cfg->nlayers = 1;
+  if (strcmp(text, "none") == 0)
+    return 0;
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", text);
+  for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok != NULL;
+       tok = strtok_r(NULL, ",", &save)) {
+    long w;
+    if (cfg->nlayers >= MLP_MAX_LAYERS || parse_long(tok, 1, 65536, &w))
+      return -1;
+    cfg->sizes[cfg->nlayers++] = (int)w;
+  }
+  return 0;
+}
+
+static int parse_args(int argc, char **argv, struct options *o) {
+  enum { O_DATA = 256, O_HIDDEN, O_EPOCHS, O_BATCH, O_ACCUM, O_OPTIM, O_LR,
+         O_MOMENTUM, O_WD, O_BUCKET, O_ALGO, O_SEED, O_TRAIN_LIMIT,
+         O_TEST_LIMIT, O_THREADS, O_METRICS, O_PLOT, O_CHECKPOINT, O_RESUME,
+         O_QUIET, O_HELP };
+  static const struct option longopts[] = {
+      {"data", 1, 0, O_DATA},         {"hidden", 1, 0, O_HIDDEN},
+      {"epochs", 1, 0, O_EPOCHS},     {"batch", 1, 0, O_BATCH},
+      {"accum-steps", 1, 0, O_ACCUM}, {"optim", 1, 0, O_OPTIM},
+      {"lr", 1, 0, O_LR},             {"momentum", 1, 0, O_MOMENTUM},
+      {"weight-decay", 1, 0, O_WD},   {"bucket-kb", 1, 0, O_BUCKET},
+      {"algo", 1, 0, O_ALGO},         {"seed", 1, 0, O_SEED},
+      {"train-limit", 1, 0, O_TRAIN_LIMIT},
+      {"test-limit", 1, 0, O_TEST_LIMIT},
+      {"threads", 1, 0, O_THREADS},   {"metrics", 1, 0, O_METRICS},
+      {"plot", 1, 0, O_PLOT},         {"checkpoint", 1, 0, O_CHECKPOINT},
+      {"resume", 0, 0, O_RESUME},     {"quiet", 0, 0, O_QUIET},
+      {"help", 0, 0, O_HELP},         {0, 0, 0, 0}};
+  *o = (struct options){.data = DEFAULT_DATA, .hidden = "200,200",
+                        .epochs = 10, .batch = 64, .accum_steps = 1,
+                        .threads = 1, .optim = OPTIM_ADAM, .momentum = 0.9f,
+                        .bucket_bytes = 128 << 10, .algo = HOOP_ALGO_AUTO,
+                        .seed = 1};
+  int c;
+  long v;
+  while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    switch (c) {
+    case O_DATA: o->data = optarg; break;
+    case O_HIDDEN: o->hidden = optarg; break;
+    case O_EPOCHS:
+      if (parse_long(optarg, 1, 100000, &v))
+        return die_usage("--epochs wants 1..100000, not \"%s\"", optarg);
+      o->epochs = (int)v;
+      break;
+    case O_BATCH:
+      if (parse_long(optarg, 1, 65536, &v))
+        return die_usage("--batch wants 1..65536, not \"%s\"", optarg);
+      o->batch = (int)v;
+      break;
+    case O_ACCUM:
+      if (parse_long(optarg, 1, 100000, &v))
+        return die_usage("--accum-steps wants 1..100000, not \"%s\"",
+                         optarg);
+      o->accum_steps = (int)v;
+      break;
+    case O_OPTIM:
+      if (optim_parse(optarg) < 0)
+        return die_usage("--optim is sgd or adam, not \"%s\"", optarg);
+      o->optim = (optim_kind_t)optim_parse(optarg);
+      break;
+    case O_LR:
+      if (parse_float(optarg, &o->lr) || o->lr == 0.0f)
+        return die_usage("--lr wants a positive number, not \"%s\"",
+                         optarg);
+      o->lr_given = 1;
+      break;
+    case O_MOMENTUM:
+      if (parse_float(optarg, &o->momentum) || o->momentum >= 1.0f)
+        return die_usage("--momentum wants 0 <= x < 1, not \"%s\"", optarg);
+      break;
+    case O_WD:
+      if (parse_float(optarg, &o->weight_decay))
+        return die_usage("--weight-decay wants x >= 0, not \"%s\"", optarg);
+      break;
+    case O_BUCKET:
+      if (parse_long(optarg, 1, 1 << 20, &v))
+        return die_usage("--bucket-kb wants 1..1048576, not \"%s\"", optarg);
+      o->bucket_bytes = (size_t)v << 10;
+      break;
+    case O_ALGO: {
+      int found = -1;
+      for (int a = HOOP_ALGO_AUTO; a <= HOOP_ALGO_PS; a++)
+        if (strcmp(optarg, hoop_algo_name((hoop_algo_t)a)) == 0)
+          found = a;
+      if (found < 0)
+        return die_usage("--algo is ring, tree, ps or auto, not \"%s\"",
+                         optarg);
+      o->algo = (hoop_algo_t)found;
+      break;
+    }
+    case O_SEED:
+      if (parse_long(optarg, 0, LONG_MAX, &v))
+        return die_usage("--seed wants a number >= 0, not \"%s\"", optarg);
+      o->seed = (uint64_t)v;
+      break;
+    case O_TRAIN_LIMIT:
+    case O_TEST_LIMIT:
+      if (parse_long(optarg, 1, LONG_MAX, &v))
+        return die_usage("%s wants a positive count, not \"%s\"",
+                         c == O_TRAIN_LIMIT ? "--train-limit"
+                                            : "--test-limit", optarg);
+      *(c == O_TRAIN_LIMIT ? &o->train_limit : &o->test_limit) = (size_t)v;
+      break;
+    case O_THREADS:
+      if (parse_long(optarg, 1, 1024, &v))
+        return die_usage("--threads wants 1..1024, not \"%s\"", optarg);
+      o->threads = (int)v;
+      break;
+    case O_METRICS: o->metrics = optarg; break;
+    case O_PLOT: o->plot = optarg; break;
+    case O_CHECKPOINT: o->checkpoint = optarg; break;
+    case O_RESUME: o->resume = 1; break;
+    case O_QUIET: o->quiet = 1; break;
+    case 'h':
+    case O_HELP: usage(stdout); exit(0);
+    default: return 2;
+    }
+  }
+  if (optind < argc)
+    return die_usage("unexpected argument \"%s\"", argv[optind]);
+  if (o->resume && o->checkpoint == NULL)
+    return die_usage("--resume needs --checkpoint FILE");
+  if (!o->lr_given)
+    o->lr = o->optim == OPTIM_ADAM ? 0.001f : 0.05f;
+  return 0;
+}
+
+/* Started by a launcher, or alone as the only rank. */
+static hoop_result_t join(hoop_comm_t *comm) {
+  static const char *launcher_vars[] = {"HOOP_RANK", "RANK",
+                                        "OMPI_COMM_WORLD_RANK",
+                                        "SLURM_PROCID"};
+  for (size_t i = 0; i < sizeof launcher_vars / sizeof *launcher_vars; i++)
+    if (getenv(launcher_vars[i]) != NULL)
+      return hoop_comm_init_env(comm, NULL);
+  hoop_unique_id_t id;
+  hoop_result_t res = hoop_get_unique_id(&id);
+  return res != HOOP_SUCCESS ? res : hoop_comm_init_rank(comm, 1, &id, 0,
+                                                         NULL);
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* What one epoch did, summed over ranks where it says so. */
+struct epoch_report {
+  int epoch;
+  double loss, train_acc, test_acc;
+  double seconds, samples_per_s;
+  double compute_s, wait_s, comm_s; /* rank 0's, per epoch */
+  double bytes_sent_per_step, model_bytes_per_step;
+  hoop_algo_t algo;
+};
+
+/*
+ * The bytes rank 0 sends per all-reduce of K gradient bytes under `algo`:
+ * the ring sends 2(N-1)K/N from every rank; the parameter server's root
+ * sends (N-1)K (and receives as much: 2(N-1)K through its link).  The tree
+ * depends on a rank's place in both trees; -1 says there is no one figure.
+ */
+static double model_bytes(hoop_algo_t algo, int nranks, double k) {
+  if (nranks == 1)
+    return 0.0;
+  if (algo == HOOP_ALGO_RING)
+    return 2.0 * (nranks - 1) * k / nranks;
+  if (algo == HOOP_ALGO_PS)
+    return (nranks - 1) * k;
+  return -1.0;
+}
+
+static void progress(int epoch, int epochs, long step, long steps,
+                     double loss) {
+  int width = 30, done = (int)(width * step / (steps > 0 ? steps : 1));
+  char bar[32];
+  for (int i = 0; i < width; i++)
+    bar[i] = i < done ? '=' : (i == done ? '>' : ' ');
+  bar[width] = '\0';
+  fprintf(stderr, "\repoch %d/%d [%s] %3ld%% loss %.4f ", epoch, epochs, bar,
+          100 * step / (steps > 0 ? steps : 1), loss);
+  fflush(stderr);
+}
+
+static FILE *open_metrics(const struct options *o) {
+  const char *path = o->metrics;
+  static char derived[4096];
+  if (path == NULL && o->plot != NULL) {
+    snprintf(derived, sizeof derived, "%s.csv", o->plot);
+    path = derived;
+  }
+  if (path == NULL)
+    return NULL;
+  struct stat st;
+  int fresh = !o->resume || stat(path, &st) != 0 || st.st_size == 0;
+  FILE *f = fopen(path, fresh ? "w" : "a");
+  if (f == NULL) {
+    fprintf(stderr, "hoop-train: cannot write metrics to %s: %s\n", path,
+            strerror(errno));
+    return NULL;
+  }
+  if (fresh)
+    fprintf(f, "epoch,loss,train_acc,test_acc,seconds,samples_per_s,"
+               "compute_s,wait_s,comm_s,algo,bytes_sent_per_step,"
+               "model_bytes_per_step\n");
+  return f;
+}
+
+static void write_metrics(FILE *f, const struct epoch_report *r) {
+  fprintf(f, "%d,%.6f,%.6f,%.6f,%.4f,%.1f,%.4f,%.4f,%.4f,%s,%.0f,%.0f\n",
+          r->epoch, r->loss, r->train_acc, r->test_acc, r->seconds,
+          r->samples_per_s, r->compute_s, r->wait_s, r->comm_s,
+          hoop_algo_name(r->algo), r->bytes_sent_per_step,
+          r->model_bytes_per_step);
+  fflush(f);
+}
+
+/* The plotting script sits beside the binary, installed or in the build. */
+static int plot(const char *csv, const char *png) {
+  char exe[PATH_MAX], script[PATH_MAX + 32];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n < 0)
+    return -1;
+  exe[n] = '\0';
+  char *slash = strrchr(exe, '/');
+  *slash = '\0';
+  snprintf(script, sizeof script, "%s/hoop-plot-metrics", exe);
+  char *argv[] = {"python3", script, (char *)csv, (char *)png, NULL};
+  pid_t pid;
+  if (posix_spawnp(&pid, "python3", NULL, NULL, argv, environ) != 0) {
+    fprintf(stderr, "hoop-train: --plot needs python3: %s\n",
+            strerror(errno));
+    return -1;
+  }
+  int status;
+  waitpid(pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    fprintf(stderr, "hoop-train: %s failed; metrics are in %s\n", script,
+            csv);
+    return -1;
+  }
+  return 0;
+}
+
+static int allreduce_sums(hoop_comm_t comm, double *v, size_t n) {
+  return hoop_allreduce(comm, v, v, n, HOOP_F64, HOOP_SUM, NULL) ==
+                 HOOP_SUCCESS ? 0 : -1;
+}
+
+static uint64_t allreduce_bytes_sent(hoop_comm_t comm, uint64_t *calls,
+                                     hoop_algo_t *busiest) {
+  hoop_stats_t s;
+  uint64_t bytes = 0, most = 0;
+  *calls = 0;
+  if (hoop_comm_get_stats(comm, &s) != HOOP_SUCCESS)
+    return 0;
+  for (int a = 0; a < HOOP_ALGO_COUNT; a++) {
+    const hoop_coll_stats_t *c = &s.by_coll[HOOP_COLL_ALLREDUCE][a];
+    bytes += c->bytes_sent;
+    *calls += c->calls;
+    if (c->calls > most) {
+      most = c->calls;
+      *busiest = (hoop_algo_t)a;
+    }
+  }
+  return bytes;
+}
+
+static int train(const struct options *o, hoop_comm_t comm, int rank,
+                 int nranks) {
+  char err[1024];
+  dataset_t train_set, test_set;
+  if (dataset_load(o->data, "train", o->train_limit, &train_set, err,
+                   sizeof err) != 0) {
+    fprintf(stderr, "hoop-train: rank %d: %s\n", rank, err);
+    return 1;
+  }
+  if (dataset_load(o->data, "t10k", o->test_limit, &test_set, err,
+                   sizeof err) != 0) {
+    fprintf(stderr, "hoop-train: rank %d: %s\n", rank, err);
+    dataset_free(&train_set);
+    return 1;
+  }
+  trainer_config_t cfg = {.batch = o->batch, .optim = o->optim, .lr = o->lr,
+                          .momentum = o->momentum,
+                          .weight_decay = o->weight_decay,
+                          .bucket_bytes = o->bucket_bytes, .seed = o->seed};
+  parse_hidden(o->hidden, &cfg);
+  cfg.sizes[0] = (int)train_set.features;
+  cfg.sizes[cfg.nlayers] = train_set.classes;
+  int rc = 1;
+  trainer_t t;
+  size_t *order = NULL;
+  FILE *metrics = NULL;
+  if (trainer_init(&t, comm, &cfg, err, sizeof err) != 0) {
+    fprintf(stderr, "hoop-train: rank %d: %s\n", rank, err);
+    goto out_data;
+  }
+  int start_epoch = 0;
+  if (o->resume) {
+    /* Rank 0 alone reads the file; its verdict travels with the state so
+     * that a bad checkpoint stops every rank, not only rank 0. */
+    double verdict[2] = {1.0, 0.0};
+    if (rank == 0) {
+      int done = 0;
+      if (ckpt_load(o->checkpoint, &t.model, &t.opt, &done, o->seed, err,
+                    sizeof err) != 0) {
+        fprintf(stderr, "hoop-train: %s\n", err);
+        verdict[0] = 0.0;
+      }
+      verdict[1] = done;
+    }
+    if (hoop_broadcast(comm, verdict, verdict, 2, HOOP_F64, 0, NULL) !=
+        HOOP_SUCCESS) {
+      fprintf(stderr, "hoop-train: rank %d: %s\n", rank,
+              hoop_comm_last_error(comm));
+      goto out_trainer;
+    }
+    if (verdict[0] == 0.0) {
+      if (rank != 0)
+        fprintf(stderr, "hoop-train: rank %d: rank 0 could not load the "
+                "checkpoint %s\n", rank, o->checkpoint);
+      goto out_trainer;
+    }
+    if (trainer_share_state(&t, err, sizeof err) != 0) {
+      fprintf(stderr, "hoop-train: rank %d: %s\n", rank, err);
+      goto out_trainer;
+    }
+    start_epoch = (int)verdict[1];
+  }
+  if (rank == 0) {
+    metrics = open_metrics(o);
+    if ((o->metrics != NULL || o->plot != NULL) && metrics == NULL)
+      goto out_trainer;
+    printf("hoop-train: %d rank%s, MLP", nranks, nranks > 1 ? "s" : "");
+    for (int l = 0; l <= cfg.nlayers; l++)
+      printf("%s%d", l ? "-" : " ", cfg.sizes[l]);
+    printf(" (%zu parameters, %zu gradient bytes in %d bucket%s), %s lr %g, "
+           "batch %d per rank x %d accumulation step%s, %zu train / %zu "
+           "test samples\n", t.model.nparams,
+           t.model.nparams * sizeof(float), ddp_nbuckets(t.ddp),
+           ddp_nbuckets(t.ddp) > 1 ? "s" : "", optim_name(o->optim),
+           (double)o->lr, o->batch, o->accum_steps,
+           o->accum_steps > 1 ? "s" : "", train_set.n, test_set.n);
+    if (start_epoch > 0)
+      printf("hoop-train: resumed from %s after epoch %d\n", o->checkpoint,
+             start_epoch);
+    fflush(stdout);
+  }
+  int bar = rank == 0 && !o->quiet && isatty(STDERR_FILENO);
+  for (int epoch = start_epoch; epoch < o->epochs; epoch++) {
+    size_t count;
+    order = dataset_shard(train_set.n, o->seed, epoch, rank, nranks, &count);
+    if (order == NULL) {
+      fprintf(stderr, "hoop-train: rank %d: out of memory\n", rank);
+      goto out_order;
+    }
+    long steps = (long)((count + (size_t)o->batch - 1) / (size_t)o->batch);
+    uint64_t calls0, calls1;
+    hoop_algo_t algo = o->algo;
+    uint64_t sent0 = allreduce_bytes_sent(comm, &calls0, &algo);
+    double comm0 = ddp_comm_seconds(t.ddp), wait0 = t.wait_s;
+    double loss_sum = 0.0, t0 = now_s();
+    long correct = 0;
+    for (long s = 0; s < steps; s++) {
+      long group = s / o->accum_steps;
+      long group_end = (group + 1) * o->accum_steps;
+      long group_len = (group_end < steps ? group_end : steps) -
+                       group * o->accum_steps;
+      size_t first = (size_t)s * (size_t)o->batch;
+      int batch = (int)(count - first < (size_t)o->batch ? count - first
+                                                          : (size_t)o->batch);
+      float scale = 1.0f / ((float)batch * (float)group_len);
+      int sync = s + 1 == group_end || s + 1 == steps;
+      if (trainer_step(&t, &train_set, order + first, batch, scale, sync,
+                       &loss_sum, &correct, err, sizeof err) != 0) {
+        if (bar)
+          fputc('\n', stderr);
+        fprintf(stderr, "hoop-train: rank %d: epoch %d step %ld: %s\n",
+                rank, epoch + 1, s + 1, err);
+        goto out_order;
+      }
+      if (bar && (s % 16 == 0 || s + 1 == steps))
+        progress(epoch + 1, o->epochs, s + 1, steps,
+                 loss_sum / (double)(first + (size_t)batch));
+    }
+    double seconds = now_s() - t0;
+    if (bar)
+      fputc('\n', stderr);
+    uint64_t sent1 = allreduce_bytes_sent(comm, &calls1, &algo);
+    long syncs = (steps + o->accum_steps - 1) / o->accum_steps;
+
+    double sums[3] = {loss_sum, (double)correct, (double)count};
+    long test_right, test_total;
+    if (allreduce_sums(comm, sums, 3) != 0 ||
+        trainer_evaluate(&t, &test_set, &test_right, &test_total, err,
+                         sizeof err) != 0) {
+      fprintf(stderr, "hoop-train: rank %d: epoch %d: %s\n", rank,
+              epoch + 1, hoop_comm_last_error(comm));
+      goto out_order;
+    }
+    free(order);
+    order = NULL;
+    if (rank != 0)
+      continue;
+    double grad_bytes = (double)t.model.nparams * sizeof(float);
+    struct epoch_report r = {
+        .epoch = epoch + 1, .loss = sums[0] / sums[2],
+        .train_acc = sums[1] / sums[2],
+        .test_acc = (double)test_right / (double)test_total,
+        .seconds = seconds, .samples_per_s = sums[2] / seconds,
+        .comm_s = ddp_comm_seconds(t.ddp) - comm0,
+        .wait_s = t.wait_s - wait0,
+        .bytes_sent_per_step = (double)(sent1 - sent0) / (double)syncs,
+        .model_bytes_per_step = model_bytes(algo, nranks, grad_bytes),
+        .algo = calls1 > calls0 ? algo : o->algo};
+    r.compute_s = seconds - r.wait_s;
+    char model[64] = "n/a for tree";
+    if (r.model_bytes_per_step >= 0)
+      snprintf(model, sizeof model, "%.0f B", r.model_bytes_per_step);
+    printf("epoch %d/%d loss %.4f train %.4f test %.4f | %.1f s, %.0f "
+           "samples/s | compute %.2f s, waiting %.2f s, all-reduce %.2f s "
+           "(%s) | sent/step %.0f B, model %s\n",
+           r.epoch, o->epochs, r.loss, r.train_acc, r.test_acc, r.seconds,
+           r.samples_per_s, r.compute_s, r.wait_s, r.comm_s,
+           hoop_algo_name(r.algo), r.bytes_sent_per_step, model);
+    fflush(stdout);
+    if (metrics != NULL)
+      write_metrics(metrics, &r);
+    if (o->checkpoint != NULL &&
+        ckpt_save(o->checkpoint, &t.model, &t.opt, epoch + 1, o->seed, err,
+                  sizeof err) != 0) {
+      fprintf(stderr, "hoop-train: %s\n", err);
+      goto out_order;
+    }
+  }
+  rc = 0;
+out_order:
+  free(order);
+out_trainer:
+  if (metrics != NULL)
+    fclose(metrics);
+  trainer_free(&t);
+out_data:
+  dataset_free(&test_set);
+  dataset_free(&train_set);
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  struct options o;
+  int rc = parse_args(argc, argv, &o);
+  if (rc != 0)
+    return rc;
+  trainer_config_t probe = {0};
+  if (parse_hidden(o.hidden, &probe) != 0)
+    return die_usage("--hidden wants up to %d widths 1..65536 separated by "
+                     "commas, not \"%s\"", MLP_MAX_LAYERS - 1, o.hidden);
+  openblas_set_num_threads(o.threads);
+
+  hoop_comm_t comm;
+  hoop_result_t res = join(&comm);
+  if (res != HOOP_SUCCESS) {
+    fprintf(stderr, "hoop-train: joining the other ranks failed: %s: %s\n",
+            hoop_result_name(res), hoop_last_error());
+    return 1;
+  }
+  int rank, nranks;
+  hoop_comm_rank(comm, &rank);
+  hoop_comm_size(comm, &nranks);
+  if (o.algo != HOOP_ALGO_AUTO)
+    hoop_comm_set_algo(comm, o.algo);
+  rc = train(&o, comm, rank, nranks);
+  if (rc != 0) {
+    hoop_comm_abort(comm);
+    return rc;
+  }
+  hoop_comm_destroy(comm);
+  if (rank == 0 && o.plot != NULL) {
+    char csv[4096];
+    snprintf(csv, sizeof csv, "%s", o.metrics ? o.metrics : o.plot);
+    if (o.metrics == NULL)
+      strncat(csv, ".csv", sizeof csv - strlen(csv) - 1);
+    return plot(csv, o.plot) == 0 ? 0 : 1;
+  }
+  return 0;
+}

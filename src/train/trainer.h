@@ -1,0 +1,72 @@
+/*
+ * One data-parallel replica: the model, its gradients, the optimiser and
+ * the bucketed gradient averaging, joined to the other ranks by a hoop
+ * communicator.  hoop-train drives epochs with it; tests drive steps.
+ */
+#ifndef HOOP_TRAIN_TRAINER_H
+#define HOOP_TRAIN_TRAINER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dataset.h"
+#include "ddp.h"
+#include "hoop.h"
+#include "mlp.h"
+#include "optim.h"
+
+typedef struct trainer_config {
+  int nlayers;
+  int sizes[MLP_MAX_LAYERS + 1];
+  int batch;            /* per rank */
+  optim_kind_t optim;
+  float lr, momentum, weight_decay;
+  size_t bucket_bytes;
+  uint64_t seed;
+} trainer_config_t;
+
+typedef struct trainer {
+  hoop_comm_t comm;
+  int rank, nranks;
+  trainer_config_t cfg;
+  mlp_t model;
+  optim_t opt;
+  float *grads;
+  ddp_t *ddp;
+  double wait_s; /* blocked on gradient averaging, summed over steps */
+} trainer_t;
+
+/*
+ * Builds the replica; every rank starts from rank 0's initial parameters
+ * (drawn from cfg.seed, then broadcast).  Collective: every rank calls it.
+ */
+int trainer_init(trainer_t *t, hoop_comm_t comm, const trainer_config_t *cfg,
+                 char *err, size_t errlen);
+void trainer_free(trainer_t *t);
+
+/*
+ * Forward and backward on samples idx[0..batch) of d, adding to the
+ * gradients scale * d(loss sum)/d(params).  With sync set the gradients
+ * are averaged across ranks during backward, the optimiser steps and the
+ * gradients are cleared; without it they accumulate (gradient
+ * accumulation).  Adds the summed loss and the number classified right.
+ * Returns 0, or -1 with err set (the communicator is then broken).
+ */
+int trainer_step(trainer_t *t, const dataset_t *d, const size_t *idx,
+                 int batch, float scale, int sync, double *loss_sum,
+                 long *correct, char *err, size_t errlen);
+
+/*
+ * Accuracy on d across ranks: each rank classifies every nranks-th sample
+ * from its rank on; the counts are summed with an all-reduce.
+ */
+int trainer_evaluate(trainer_t *t, const dataset_t *d, long *correct,
+                     long *total, char *err, size_t errlen);
+
+/*
+ * Collective: rank 0's parameters and optimiser state to every rank (after
+ * rank 0 loaded a checkpoint).
+ */
+int trainer_share_state(trainer_t *t, char *err, size_t errlen);
+
+#endif
