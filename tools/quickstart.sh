@@ -11,7 +11,10 @@ mode=${1:-demo}
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$root/build}
 
-packages=(build-essential cmake ninja-build pkg-config libgtest-dev)
+# OpenBLAS, zlib and Fashion-MNIST are hoop-train's; matplotlib draws its
+# curves and the bench plots.
+packages=(build-essential cmake ninja-build pkg-config libgtest-dev
+          libopenblas-dev zlib1g-dev dataset-fashion-mnist python3-matplotlib)
 # mpirun lets the tests check that hoop programs run unchanged under it;
 # iproute2 lets them build emulated hosts (network namespaces).
 [ "$mode" = test ] && packages+=(openmpi-bin iproute2)

@@ -335,11 +335,15 @@ static int plot(const char *csv, const char *png) {
   char *slash = strrchr(exe, '/');
   *slash = '\0';
   snprintf(script, sizeof script, "%s/hoop-plot-metrics", exe);
-  char *argv[] = {"python3", script, (char *)csv, (char *)png, NULL};
+  /* Debian's interpreter first: python3-matplotlib installs for it, while
+   * a python3 earlier on PATH (a virtualenv, pyenv) may lack it. */
+  const char *python = access("/usr/bin/python3", X_OK) == 0
+                           ? "/usr/bin/python3" : "python3";
+  char *argv[] = {(char *)python, script, (char *)csv, (char *)png, NULL};
   pid_t pid;
-  if (posix_spawnp(&pid, "python3", NULL, NULL, argv, environ) != 0) {
-    fprintf(stderr, "hoop-train: --plot needs python3: %s\n",
-            strerror(errno));
+  int err = posix_spawnp(&pid, python, NULL, NULL, argv, environ);
+  if (err != 0) {
+    fprintf(stderr, "hoop-train: --plot needs python3: %s\n", strerror(err));
     return -1;
   }
   int status;

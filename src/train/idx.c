@@ -23,8 +23,14 @@ static int read_exact(gzFile f, void *buf, size_t len, size_t *got) {
     int n = gzread(f, (char *)buf + done, chunk);
     if (n < 0)
       return -1;
-    if (n == 0)
+    if (n == 0) {
+      /* A gzip stream cut short ends like a file, but leaves an error. */
+      int code;
+      gzerror(f, &code);
+      if (code != Z_OK)
+        return -1;
       break;
+    }
     done += (size_t)n;
   }
   *got = done;
