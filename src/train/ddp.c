@@ -150,6 +150,10 @@ void ddp_destroy(ddp_t *d) {
 
 int ddp_nbuckets(const ddp_t *d) { return d->nbuckets; }
 
+size_t ddp_bucket_bytes(const ddp_t *d, int i) {
+  return d->buckets[i].count * sizeof(float);
+}
+
 void ddp_begin_sync(ddp_t *d) {
   for (int i = 0; i < d->nbuckets; i++)
     d->buckets[i].ready = 0;

@@ -26,6 +26,8 @@ ddp_t *ddp_create(hoop_comm_t comm, float *grads, int nlayers,
 void ddp_destroy(ddp_t *d);
 
 int ddp_nbuckets(const ddp_t *d);
+/* Bytes of bucket i, in the order they are reduced. */
+size_t ddp_bucket_bytes(const ddp_t *d, int i);
 
 /* Starts a step whose gradients are averaged (the last micro-step). */
 void ddp_begin_sync(ddp_t *d);

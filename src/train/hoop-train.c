@@ -449,13 +449,15 @@ static int train(const struct options *o, hoop_comm_t comm, int rank,
     printf("hoop-train: %d rank%s, MLP", nranks, nranks > 1 ? "s" : "");
     for (int l = 0; l <= cfg.nlayers; l++)
       printf("%s%d", l ? "-" : " ", cfg.sizes[l]);
-    printf(" (%zu parameters, %zu gradient bytes in %d bucket%s), %s lr %g, "
-           "batch %d per rank x %d accumulation step%s, %zu train / %zu "
-           "test samples\n", t.model.nparams,
-           t.model.nparams * sizeof(float), ddp_nbuckets(t.ddp),
-           ddp_nbuckets(t.ddp) > 1 ? "s" : "", optim_name(o->optim),
-           (double)o->lr, o->batch, o->accum_steps,
+    printf(" (%zu parameters, %zu gradient bytes), %s lr %g, batch %d per "
+           "rank x %d accumulation step%s, %zu train / %zu test samples\n",
+           t.model.nparams, t.model.nparams * sizeof(float),
+           optim_name(o->optim), (double)o->lr, o->batch, o->accum_steps,
            o->accum_steps > 1 ? "s" : "", train_set.n, test_set.n);
+    printf("hoop-train: gradient buckets (bytes, in reduction order):");
+    for (int i = 0; i < ddp_nbuckets(t.ddp); i++)
+      printf(" %zu", ddp_bucket_bytes(t.ddp, i));
+    printf("\n");
     if (start_epoch > 0)
       printf("hoop-train: resumed from %s after epoch %d\n", o->checkpoint,
              start_epoch);

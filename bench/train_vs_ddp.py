@@ -1,0 +1,196 @@
+#!/usr/bin/env python3
+"""hoop-train beside PyTorch DDP (gloo, CPU), same model, data and optimiser.
+
+For each rank count, runs hoop-train (under hoop-run) and the PyTorch peer
+(bench/peers/ddp_train.py, one thread per rank) with the same MLP, batch 64
+per rank and SGD (lr 0.1, momentum 0.9), interleaved over repeats, and
+prints samples/s, seconds per epoch and test accuracy for both.  Then:
+hoop-train with its own defaults for --own-epochs epochs (accuracy target),
+and hoop-train's all-reduce time per step beside hoop-bench's time for the
+same gradient buckets on the same ranks.
+
+  /usr/bin/python3 bench/train_vs_ddp.py --build build --out FILE
+"""
+import argparse
+import csv
+import io
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compare_allreduce import (  # noqa: E402  (shares the launch helpers)
+    Run, execute, machine_info_basic, parse_rows, parse_ranks)
+
+HERE = Path(__file__).resolve().parent
+PEER = HERE / "peers" / "ddp_train.py"
+SAME = ["--batch", "64", "--lr", "0.1", "--momentum", "0.9",
+        "--hidden", "200,200", "--seed", "1"]
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--build", type=Path, default=Path("build"))
+    p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
+    p.add_argument("--ranks", type=parse_ranks, default=[1, 2])
+    p.add_argument("--epochs", type=int, default=5)
+    p.add_argument("--own-epochs", type=int, default=10)
+    p.add_argument("--own-ranks", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--timeout", type=int, default=1800)
+    p.add_argument("--out", type=Path, required=True)
+    return p.parse_args(argv)
+
+
+def train_cmd(a, ranks, extra, metrics):
+    return [str(a.build / "tools" / "hoop-run"), "--no-prefix", "-n",
+            str(ranks), str(a.build / "src" / "train" / "hoop-train"),
+            "--quiet", "--data", a.data, "--metrics", metrics] + extra
+
+
+def run_hoop(a, ranks, extra, log):
+    with tempfile.NamedTemporaryFile(suffix=".csv") as m:
+        argv = train_cmd(a, ranks, extra, m.name)
+        rc, out, err, _ = execute(argv, a.timeout)
+        log.append((" ".join(argv), out + err))
+        if rc != 0:
+            sys.exit(f"train_vs_ddp: hoop-train failed ({rc}):\n{out}{err}")
+        rows = list(csv.DictReader(io.StringIO(Path(m.name).read_text())))
+    return rows, out
+
+
+def run_torch(a, ranks, port, log):
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+               WORLD_SIZE=str(ranks), OMP_NUM_THREADS="1")
+    argv = ["/usr/bin/python3", str(PEER), "--data", a.data,
+            "--epochs", str(a.epochs)] + SAME
+    procs = [subprocess.Popen(argv, env=dict(env, RANK=str(r)),
+                              stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+             for r in range(ranks)]
+    outs = [p.communicate(timeout=a.timeout) for p in procs]
+    log.append((f"RANK=0..{ranks - 1} WORLD_SIZE={ranks} " + " ".join(argv),
+                outs[0][0] + outs[0][1]))
+    if any(p.returncode != 0 for p in procs):
+        sys.exit("train_vs_ddp: the PyTorch peer failed:\n" +
+                 "\n".join(o + e for o, e in outs))
+    return [json.loads(line) for line in outs[0][0].splitlines()
+            if line.startswith("{")]
+
+
+def summarise(rows, key_rate, key_secs, key_acc):
+    # The first epoch pays for page faults and warm-up; the median over the
+    # others is the steady rate.
+    steady = rows[1:] if len(rows) > 1 else rows
+    return (statistics.median(float(r[key_rate]) for r in steady),
+            statistics.median(float(r[key_secs]) for r in steady),
+            float(rows[-1][key_acc]))
+
+
+def bench_buckets(a, ranks, algo, buckets, log):
+    """hoop-bench's median time (us) per bucket size, same ranks/algo."""
+    total = 0.0
+    for size in buckets:
+        argv = [str(a.build / "tools" / "hoop-run"), "--no-prefix", "-n",
+                str(ranks), str(a.build / "bench" / "hoop-bench"), "-a", algo,
+                "-b", str(size), "-e", str(size), "-n", "200", "-w", "20",
+                "-c", "1"]
+        rc, out, err, _ = execute(argv, a.timeout)
+        log.append((" ".join(argv), out + err))
+        run = Run("hoop", ranks, 0, argv, rc=rc, stdout=out, stderr=err)
+        parse_rows(run, in_place=False)
+        if rc != 0 or run.problems or size not in run.times:
+            sys.exit(f"train_vs_ddp: hoop-bench failed: {run.problems}\n"
+                     f"{out}{err}")
+        total += run.times[size]
+    return total
+
+
+def main():
+    a = parse_args(sys.argv[1:])
+    log, table = [], []
+    results = {}
+    port = 29600
+    for ranks in a.ranks:
+        for rep in range(a.repeats):
+            rows, out = run_hoop(a, ranks, ["--epochs", str(a.epochs),
+                                            "--optim", "sgd"] + SAME, log)
+            results.setdefault(("hoop", ranks), []).append(
+                summarise(rows, "samples_per_s", "seconds", "test_acc"))
+            results.setdefault(("hoop-rows", ranks), []).append((rows, out))
+            port += 1
+            trows = run_torch(a, ranks, port, log)
+            results.setdefault(("torch", ranks), []).append(
+                summarise(trows, "samples_per_s", "seconds", "test_acc"))
+
+    lines = ["| ranks | trainer | samples/s (median epoch) | s/epoch | "
+             f"test acc after {a.epochs} epochs | hoop / PyTorch samples/s |",
+             "|---:|---|---:|---:|---:|---:|"]
+    for ranks in a.ranks:
+        med = {}
+        for who in ("hoop", "torch"):
+            runs = results[(who, ranks)]
+            med[who] = [statistics.median(r[i] for r in runs)
+                        for i in range(3)]
+            spread = "/".join(f"{r[0]:.0f}" for r in runs)
+            accs = "/".join(f"{r[2]:.4f}" for r in runs)
+            name = "hoop-train" if who == "hoop" else "PyTorch DDP (gloo)"
+            ratio = (f"{med['hoop'][0] / med['torch'][0]:.2f}"
+                     if who == "torch" else "")
+            lines.append(f"| {ranks} | {name} | {med[who][0]:.0f} "
+                         f"({spread}) | {med[who][1]:.2f} | {accs} | {ratio} |")
+        table.append(med)
+
+    # Communication per step against hoop-bench, from the last run on the
+    # most ranks (one rank has nothing to reduce).
+    comm_lines = []
+    ranks = max(a.ranks)
+    if ranks > 1:
+        rows, out = results[("hoop-rows", ranks)][-1]
+        buckets = [int(b) for line in out.splitlines()
+                   if "gradient buckets" in line
+                   for b in line.split(":")[-1].split()]
+        algo = rows[-1]["algo"]
+        steps = -(-(-(-60000 // ranks)) // 64)
+        per_step = statistics.median(float(r["comm_s"]) for r in rows[1:])
+        per_step = per_step / steps * 1e6
+        bench_us = bench_buckets(a, ranks, algo, buckets, log)
+        comm_lines = [
+            f"- {ranks} ranks, algorithm {algo}, buckets {buckets} bytes, "
+            f"{steps} steps per epoch",
+            f"- hoop-train all-reduce time per step (median epoch): "
+            f"{per_step:.1f} us",
+            f"- hoop-bench, same buckets, same ranks, sum of medians: "
+            f"{bench_us:.1f} us",
+            f"- ratio train / bench: {per_step / bench_us:.2f}"]
+
+    own_rows, _ = run_hoop(a, a.own_ranks,
+                           ["--epochs", str(a.own_epochs)], log)
+    own = (f"- hoop-train defaults (adam, lr 0.001, batch 64), "
+           f"{a.own_ranks} ranks, {a.own_epochs} epochs: test accuracy "
+           f"{float(own_rows[-1]['test_acc']):.4f}")
+
+    report = ["# hoop-train vs PyTorch DDP (CPU, gloo)", ""]
+    report += machine_info_basic()
+    report += [f"- Command: bench/train_vs_ddp.py {' '.join(sys.argv[1:])}",
+               f"- Same for both: MLP 784-200-200-10, batch 64 per rank, SGD "
+               f"lr 0.1 momentum 0.9, seed 1, Fashion-MNIST ({a.data}), "
+               f"{a.epochs} epochs, one compute thread per rank; "
+               f"{a.repeats} runs each, interleaved", "",
+               "## Throughput and accuracy", ""] + lines
+    report += ["", "## Communication per step", ""] + comm_lines
+    report += ["", "## hoop-train's own defaults", "", own, "",
+               "## Raw output", ""]
+    for cmd, out in log:
+        report += [f"`{cmd}`", "", "```", out.strip(), "```", ""]
+    text = "\n".join(report) + "\n"
+    a.out.write_text(text)
+    print("\n".join(report[:report.index("## Raw output")]))
+
+
+if __name__ == "__main__":
+    main()
