@@ -20,6 +20,8 @@
 #include "harness.h"
 
 extern "C" {
+#include <cblas.h>
+
 #include "checkpoint.h"
 #include "dataset.h"
 #include "idx.h"
@@ -32,6 +34,10 @@ namespace {
 
 using hooptest::RankLog;
 using hooptest::run_ranks;
+
+// Ranks are forked from this process: one BLAS thread, as hoop-train runs,
+// and no BLAS thread pool for fork to cut in half.
+const int kOneBlasThread = (openblas_set_num_threads(1), 0);
 
 std::string temp_dir() {
   char tmpl[] = "/tmp/hoop-train-test-XXXXXX";
