@@ -29,7 +29,7 @@ from compare_allreduce import (  # noqa: E402  (shares the launch helpers)
 HERE = Path(__file__).resolve().parent
 PEER = HERE / "peers" / "ddp_train.py"
 SAME = ["--batch", "64", "--lr", "0.1", "--momentum", "0.9",
-        "--hidden", "200,200", "--seed", "1"]
+        "--hidden", "200,200"]
 
 
 def parse_args(argv):
@@ -41,6 +41,8 @@ def parse_args(argv):
     p.add_argument("--own-epochs", type=int, default=10)
     p.add_argument("--own-ranks", type=int, default=2)
     p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--acc-seeds", default="1,2,3,4,5",
+                   help="seeds for the accuracy comparison on one rank")
     p.add_argument("--timeout", type=int, default=1800)
     p.add_argument("--out", type=Path, required=True)
     return p.parse_args(argv)
@@ -63,11 +65,11 @@ def run_hoop(a, ranks, extra, log):
     return rows, out
 
 
-def run_torch(a, ranks, port, log):
+def run_torch(a, ranks, port, log, seed=1):
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
                WORLD_SIZE=str(ranks), OMP_NUM_THREADS="1")
     argv = ["/usr/bin/python3", str(PEER), "--data", a.data,
-            "--epochs", str(a.epochs)] + SAME
+            "--epochs", str(a.epochs), "--seed", str(seed)] + SAME
     procs = [subprocess.Popen(argv, env=dict(env, RANK=str(r)),
                               stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
@@ -118,7 +120,8 @@ def main():
     for ranks in a.ranks:
         for rep in range(a.repeats):
             rows, out = run_hoop(a, ranks, ["--epochs", str(a.epochs),
-                                            "--optim", "sgd"] + SAME, log)
+                                            "--optim", "sgd", "--seed", "1"]
+                                 + SAME, log)
             results.setdefault(("hoop", ranks), []).append(
                 summarise(rows, "samples_per_s", "seconds", "test_acc"))
             results.setdefault(("hoop-rows", ranks), []).append((rows, out))
@@ -168,6 +171,32 @@ def main():
             f"{bench_us:.1f} us",
             f"- ratio train / bench: {per_step / bench_us:.2f}"]
 
+    # One run per trainer says little about accuracy: SGD at lr 0.1 moves
+    # the final figure by a point or two from seed to seed.
+    seeds = [int(x) for x in a.acc_seeds.split(",") if x]
+    accs = {"hoop": [], "torch": []}
+    for seed in seeds:
+        rows, _ = run_hoop(a, 1, ["--epochs", str(a.epochs), "--optim", "sgd",
+                                  "--seed", str(seed)] + SAME, log)
+        accs["hoop"].append(float(rows[-1]["test_acc"]))
+        port += 1
+        accs["torch"].append(run_torch(a, 1, port, log, seed)[-1]["test_acc"])
+    acc_lines = []
+    if seeds:
+        mean = {k: statistics.mean(v) for k, v in accs.items()}
+        sd = {k: statistics.stdev(v) if len(v) > 1 else 0.0
+              for k, v in accs.items()}
+        acc_lines = [
+            f"- 1 rank, {a.epochs} epochs, seeds {seeds}",
+            "- hoop-train test accuracy: " +
+            " ".join(f"{x:.4f}" for x in accs["hoop"]) +
+            f" (mean {mean['hoop']:.4f}, sd {sd['hoop']:.4f})",
+            "- PyTorch test accuracy: " +
+            " ".join(f"{x:.4f}" for x in accs["torch"]) +
+            f" (mean {mean['torch']:.4f}, sd {sd['torch']:.4f})",
+            f"- difference of means (hoop - PyTorch): "
+            f"{100 * (mean['hoop'] - mean['torch']):+.2f} points"]
+
     own_rows, _ = run_hoop(a, a.own_ranks,
                            ["--epochs", str(a.own_epochs)], log)
     own = (f"- hoop-train defaults (adam, lr 0.001, batch 64), "
@@ -182,6 +211,7 @@ def main():
                f"{a.epochs} epochs, one compute thread per rank; "
                f"{a.repeats} runs each, interleaved", "",
                "## Throughput and accuracy", ""] + lines
+    report += ["", "## Accuracy over seeds", ""] + acc_lines
     report += ["", "## Communication per step", ""] + comm_lines
     report += ["", "## hoop-train's own defaults", "", own, "",
                "## Raw output", ""]
