@@ -174,6 +174,27 @@ inline RunResult run_ranks(int nranks, const RankFn &fn,
   return result;
 }
 
+// A command through the shell, stdout and stderr together, with its exit
+// status (128 + signal when a signal ended it).
+struct ShellOutput {
+  int status;
+  std::string text;
+};
+
+inline ShellOutput run_shell(const std::string &cmd) {
+  ShellOutput out{-1, ""};
+  FILE *p = popen((cmd + " 2>&1").c_str(), "r");
+  if (p == nullptr)
+    return out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0)
+    out.text.append(buf, n);
+  int st = pclose(p);
+  out.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return out;
+}
+
 inline std::string describe(const RunResult &r) {
   std::string s = r.timed_out ? "timed out; exit codes:" : "exit codes:";
   for (int c : r.exit_codes)

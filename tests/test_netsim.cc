@@ -22,6 +22,8 @@
 #include <string>
 #include <vector>
 
+#include "harness.h"
+
 #ifndef HOOP_RUN_PATH
 #define HOOP_RUN_PATH "hoop-run"
 #endif
@@ -44,22 +46,8 @@ std::string SourceDir() {
 
 const std::string kNetsim = SourceDir() + "/tools/netsim.sh";
 
-struct Output {
-  int status;
-  std::string text;
-};
-
-Output Shell(const std::string &cmd) {
-  Output out{-1, ""};
-  FILE *p = popen((cmd + " 2>&1").c_str(), "r");
-  if (p == nullptr) return out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.text.append(buf, n);
-  int st = pclose(p);
-  out.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return out;
-}
+using Output = hooptest::ShellOutput;
+using hooptest::run_shell;
 
 // The hoopsim-* namespaces that `ip netns` knows.
 std::set<std::string> HoopsimNamespaces() {
@@ -102,7 +90,7 @@ sockaddr_in Addr(const char *ip, int port) {
 void ExpectReachable(const std::string &from, const std::string &to_ns,
                      const char *to_ip) {
   if (system("command -v ping >/dev/null 2>&1") == 0) {
-    Output out = Shell("ip netns exec " + from + " ping -c1 -W1 " + to_ip);
+    Output out = run_shell("ip netns exec " + from + " ping -c1 -W1 " + to_ip);
     EXPECT_EQ(out.status, 0) << from << " -> " << to_ip << "\n" << out.text;
     return;
   }
@@ -153,19 +141,19 @@ class Netsim : public ::testing::Test {
     if (!HoopsimNamespaces().empty())
       GTEST_SKIP() << "hoopsim namespaces exist already: another run (a "
                       "benchmark?) is using them";
-    Output probe = Shell("ip netns add hoopsim-probe");
+    Output probe = run_shell("ip netns add hoopsim-probe");
     if (probe.status != 0)
       GTEST_SKIP() << "'ip netns add' fails here: " << probe.text;
-    Shell("ip netns del hoopsim-probe");
+    run_shell("ip netns del hoopsim-probe");
   }
 
   void TearDown() override {
-    if (!IsSkipped()) Shell(kNetsim + " down");
+    if (!IsSkipped()) run_shell(kNetsim + " down");
   }
 };
 
 TEST_F(Netsim, UpBuildsHostsThatReachEachOtherAndDownRemovesThem) {
-  Output up = Shell(kNetsim + " up 3 1gbit");
+  Output up = run_shell(kNetsim + " up 3 1gbit");
   ASSERT_EQ(up.status, 0) << up.text;
   std::set<std::string> want = {"hoopsim-h0", "hoopsim-h1", "hoopsim-h2",
                                 "hoopsim-sw"};
@@ -173,15 +161,15 @@ TEST_F(Netsim, UpBuildsHostsThatReachEachOtherAndDownRemovesThem) {
   ExpectReachable("hoopsim-h0", "hoopsim-h1", "10.99.0.2");
   ExpectReachable("hoopsim-h2", "hoopsim-h0", "10.99.0.1");
   // A second up must refuse rather than disturb the running one.
-  EXPECT_NE(Shell(kNetsim + " up 2 1gbit").status, 0);
-  Output down = Shell(kNetsim + " down");
+  EXPECT_NE(run_shell(kNetsim + " up 2 1gbit").status, 0);
+  Output down = run_shell(kNetsim + " down");
   EXPECT_EQ(down.status, 0) << down.text;
   EXPECT_TRUE(HoopsimNamespaces().empty());
-  EXPECT_EQ(Shell(kNetsim + " down").status, 0) << "down is idempotent";
+  EXPECT_EQ(run_shell(kNetsim + " down").status, 0) << "down is idempotent";
 }
 
 TEST_F(Netsim, RunTearsDownAfterAFailingCommandAndReturnsItsCode) {
-  Output out = Shell(kNetsim +
+  Output out = run_shell(kNetsim +
                    " run 2 1gbit -- sh -c 'test -e /var/run/netns/hoopsim-h1 "
                    "&& exit 7'");
   EXPECT_EQ(out.status, 7) << out.text;
@@ -189,20 +177,20 @@ TEST_F(Netsim, RunTearsDownAfterAFailingCommandAndReturnsItsCode) {
 }
 
 TEST_F(Netsim, RejectsBadArguments) {
-  EXPECT_NE(Shell(kNetsim + " up 0 1gbit").status, 0);
-  EXPECT_NE(Shell(kNetsim + " up 2 fast").status, 0);
+  EXPECT_NE(run_shell(kNetsim + " up 0 1gbit").status, 0);
+  EXPECT_NE(run_shell(kNetsim + " up 2 fast").status, 0);
   EXPECT_TRUE(HoopsimNamespaces().empty());
 }
 
 TEST_F(Netsim, HoopRunNamesAMissingNamespace) {
-  Output out = Shell(std::string(HOOP_RUN_PATH) + " --netns hoopsim -n 2 true");
+  Output out = run_shell(std::string(HOOP_RUN_PATH) + " --netns hoopsim -n 2 true");
   EXPECT_NE(out.status, 0);
   EXPECT_NE(out.text.find("/var/run/netns/hoopsim-h0"), std::string::npos)
       << out.text;
 }
 
 TEST_F(Netsim, HoopBenchAcrossEmulatedHostsIsCorrect) {
-  Output out = Shell(kNetsim + " run 3 1gbit -- " + HOOP_RUN_PATH +
+  Output out = run_shell(kNetsim + " run 3 1gbit -- " + HOOP_RUN_PATH +
                    " --netns hoopsim -n 3 " + HOOP_BENCH_PATH +
                    " -b 1K -e 64K -c 1");
   ASSERT_EQ(out.status, 0) << out.text;

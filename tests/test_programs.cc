@@ -10,26 +10,12 @@
 #include <string>
 #include <vector>
 
+#include "harness.h"
+
 namespace {
 
-struct Output {
-  int status;
-  std::string text;
-};
-
-Output run(const std::string &cmd) {
-  Output out{-1, ""};
-  FILE *p = popen((cmd + " 2>&1").c_str(), "r");
-  if (p == nullptr)
-    return out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0)
-    out.text.append(buf, n);
-  int st = pclose(p);
-  out.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return out;
-}
+using Output = hooptest::ShellOutput;
+using hooptest::run_shell;
 
 struct Row {
   std::vector<double> cols;
@@ -76,13 +62,13 @@ void expect_good_rows(const Output &out, size_t want_rows) {
 }
 
 TEST(Programs, HoopBenchUnderHoopRunChecksAndPrintsRows) {
-  Output out = run(std::string(HOOP_RUN_PATH) + " -n 3 " + HOOP_BENCH_PATH +
+  Output out = run_shell(std::string(HOOP_RUN_PATH) + " -n 3 " + HOOP_BENCH_PATH +
                    " -b 1K -e 1M -f 32 -n 3 -w 1 -c 1");
   expect_good_rows(out, 3); // 1K, 32K, 1M
 }
 
 TEST(Programs, ReadmeExampleRunsOnFourRanks) {
-  Output out = run(std::string(HOOP_RUN_PATH) + " -n 4 " + HOOP_EXAMPLE_PATH);
+  Output out = run_shell(std::string(HOOP_RUN_PATH) + " -n 4 " + HOOP_EXAMPLE_PATH);
   ASSERT_EQ(out.status, 0) << out.text;
   for (int r = 0; r < 4; r++) {
     std::string line = "[" + std::to_string(r) + "] rank " +
@@ -94,14 +80,14 @@ TEST(Programs, ReadmeExampleRunsOnFourRanks) {
 TEST(Programs, HoopBenchRunsUnchangedUnderMpirun) {
   if (system("command -v mpirun >/dev/null 2>&1") != 0)
     GTEST_SKIP() << "mpirun (openmpi-bin) is not installed";
-  Output out = run("mpirun --allow-run-as-root --oversubscribe -np 2 " +
+  Output out = run_shell("mpirun --allow-run-as-root --oversubscribe -np 2 " +
                    std::string(HOOP_BENCH_PATH) +
                    " -b 4K -e 64K -f 16 -n 3 -w 1 -c 1");
   expect_good_rows(out, 2);
 }
 
 TEST(Programs, HoopBenchReportsABadRendezvousAddress) {
-  Output out = run("HOOP_ROOT_ADDR=127.0.0.1:99999 " +
+  Output out = run_shell("HOOP_ROOT_ADDR=127.0.0.1:99999 " +
                    std::string(HOOP_RUN_PATH) + " -n 2 " + HOOP_BENCH_PATH +
                    " -b 1K -e 1K");
   EXPECT_NE(out.status, 0) << out.text;

@@ -526,23 +526,8 @@ TEST(Checkpoint, RoundTripsAndRefusesWhatDoesNotFit) {
     mlp_free(p);
 }
 
-// The binary, through a shell so that its output and exit code are seen.
-struct Shell {
-  int code;
-  std::string out;
-};
-
-Shell sh(const std::string &cmd) {
-  Shell r{-1, ""};
-  FILE *p = popen((cmd + " 2>&1").c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0)
-    r.out.append(buf, n);
-  int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-  return r;
-}
+using hooptest::run_shell;
+using hooptest::ShellOutput;
 
 const std::string kTrain = HOOP_TRAIN_PATH;
 const std::string kRun = HOOP_RUN_PATH;
@@ -555,25 +540,25 @@ std::string slurp(const std::string &path) {
 
 TEST(HoopTrain, BadInputGivesAClearError) {
   std::string dir = temp_dir();
-  Shell r = sh(kTrain + " --data " + dir);
-  EXPECT_EQ(r.code, 1);
-  EXPECT_NE(r.out.find(dir + "/train-images-idx3-ubyte: cannot open"),
-            std::string::npos) << r.out;
+  ShellOutput r = run_shell(kTrain + " --data " + dir);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.text.find(dir + "/train-images-idx3-ubyte: cannot open"),
+            std::string::npos) << r.text;
   write_set(dir, "train", 20, 4, 4, false);
   write_set(dir, "t10k", 10, 4, 4, true);
   std::string labels = dir + "/t10k-labels-idx1-ubyte.gz";
   std::string bytes = slurp(labels);
   write_file(labels, std::vector<uint8_t>(bytes.begin(), bytes.end() - 6),
              false);
-  r = sh(kTrain + " --quiet --epochs 1 --data " + dir);
-  EXPECT_EQ(r.code, 1);
-  EXPECT_NE(r.out.find(labels), std::string::npos) << r.out;
+  r = run_shell(kTrain + " --quiet --epochs 1 --data " + dir);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.text.find(labels), std::string::npos) << r.text;
   for (const char *args : {"--epochs 0", "--optim rmsprop", "--algo star",
                            "--hidden 10,x", "--lr -1", "--resume",
                            "--batch 9999999", "stray"}) {
-    r = sh(kTrain + " " + args);
-    EXPECT_EQ(r.code, 2) << args << ": " << r.out;
-    EXPECT_NE(r.out.find("hoop-train: "), std::string::npos) << r.out;
+    r = run_shell(kTrain + " " + args);
+    EXPECT_EQ(r.status, 2) << args << ": " << r.text;
+    EXPECT_NE(r.text.find("hoop-train: "), std::string::npos) << r.text;
   }
 }
 
@@ -586,14 +571,14 @@ TEST(HoopTrain, ResumeContinuesExactlyAsAnUninterruptedRun) {
                        " --quiet --hidden 16 --batch 8 --optim adam --data " +
                        dir + " --checkpoint ";
     std::string whole = dir + "/whole", cut = dir + "/cut";
-    Shell r = sh(base + whole + " --epochs 3 --metrics " + whole + ".csv");
-    ASSERT_EQ(r.code, 0) << r.out;
-    r = sh(base + cut + " --epochs 1 --metrics " + cut + ".csv");
-    ASSERT_EQ(r.code, 0) << r.out;
-    r = sh(base + cut + " --epochs 3 --resume --metrics " + cut + ".csv");
-    ASSERT_EQ(r.code, 0) << r.out;
-    EXPECT_NE(r.out.find("resumed from " + cut + " after epoch 1"),
-              std::string::npos) << r.out;
+    ShellOutput r = run_shell(base + whole + " --epochs 3 --metrics " + whole + ".csv");
+    ASSERT_EQ(r.status, 0) << r.text;
+    r = run_shell(base + cut + " --epochs 1 --metrics " + cut + ".csv");
+    ASSERT_EQ(r.status, 0) << r.text;
+    r = run_shell(base + cut + " --epochs 3 --resume --metrics " + cut + ".csv");
+    ASSERT_EQ(r.status, 0) << r.text;
+    EXPECT_NE(r.text.find("resumed from " + cut + " after epoch 1"),
+              std::string::npos) << r.text;
     std::string a = slurp(whole), b = slurp(cut);
     EXPECT_FALSE(a.empty());
     EXPECT_TRUE(a == b) << nranks << " ranks: checkpoints differ";
@@ -610,9 +595,9 @@ TEST(HoopTrain, ResumeContinuesExactlyAsAnUninterruptedRun) {
       return keep;
     };
     EXPECT_EQ(firsts(slurp(whole + ".csv")), firsts(slurp(cut + ".csv")));
-    r = sh(base + dir + "/absent --epochs 2 --resume");
-    EXPECT_EQ(r.code, 1);
-    EXPECT_NE(r.out.find("absent: No such file"), std::string::npos) << r.out;
+    r = run_shell(base + dir + "/absent --epochs 2 --resume");
+    EXPECT_EQ(r.status, 1);
+    EXPECT_NE(r.text.find("absent: No such file"), std::string::npos) << r.text;
   }
 }
 
@@ -621,10 +606,10 @@ TEST(HoopTrain, LearnsFashionMnistOnTwoRanks) {
     GTEST_SKIP() << "Fashion-MNIST is not installed (apt-get install "
                     "dataset-fashion-mnist)";
   std::string dir = temp_dir();
-  Shell r = sh(kRun + " -n 2 " + kTrain + " --quiet --epochs 2 --algo ring "
+  ShellOutput r = run_shell(kRun + " -n 2 " + kTrain + " --quiet --epochs 2 --algo ring "
              "--train-limit "
              "6000 --test-limit 2000 --metrics " + dir + "/m.csv");
-  ASSERT_EQ(r.code, 0) << r.out;
+  ASSERT_EQ(r.status, 0) << r.text;
   std::istringstream in(slurp(dir + "/m.csv"));
   std::string line, last;
   while (std::getline(in, line))
@@ -634,19 +619,19 @@ TEST(HoopTrain, LearnsFashionMnistOnTwoRanks) {
                    &fields[2], &fields[3]), 4) << last;
   EXPECT_GT(fields[3], 0.7) << "test accuracy after 2 epochs on 6000 "
                                "samples; chance is 0.1";
-  EXPECT_NE(r.out.find("sent/step 796840 B, model 796840 B"),
-            std::string::npos) << r.out;
+  EXPECT_NE(r.text.find("sent/step 796840 B, model 796840 B"),
+            std::string::npos) << r.text;
 }
 
 TEST(HoopTrain, PlotsTheMetrics) {
-  if (sh("/usr/bin/python3 -c 'import matplotlib'").code != 0)
+  if (run_shell("/usr/bin/python3 -c 'import matplotlib'").status != 0)
     GTEST_SKIP() << "Debian's python3-matplotlib is not installed";
   std::string dir = temp_dir();
   write_set(dir, "train", 64, 4, 4, true);
   write_set(dir, "t10k", 16, 4, 4, true);
-  Shell r = sh(kTrain + " --quiet --epochs 2 --hidden 8 --data " + dir +
+  ShellOutput r = run_shell(kTrain + " --quiet --epochs 2 --hidden 8 --data " + dir +
                " --plot " + dir + "/curves.png");
-  ASSERT_EQ(r.code, 0) << r.out;
+  ASSERT_EQ(r.status, 0) << r.text;
   EXPECT_EQ(slurp(dir + "/curves.png").substr(0, 8), "\x89PNG\r\n\x1a\n");
   EXPECT_NE(slurp(dir + "/curves.png.csv").find("\n2,"), std::string::npos);
 }
