@@ -39,6 +39,7 @@ struct options {
   uint64_t seed;
   size_t train_limit, test_limit;
   const char *metrics, *plot, *checkpoint;
+  char plot_metrics[4096]; /* --plot without --metrics: FILE.png.csv */
   int resume, quiet;
 };
 
@@ -231,6 +232,10 @@ static int parse_args(int argc, char **argv, struct options *o) {
     return die_usage("--resume needs --checkpoint FILE");
   if (!o->lr_given)
     o->lr = o->optim == OPTIM_ADAM ? 0.001f : 0.05f;
+  if (o->plot != NULL && o->metrics == NULL) {
+    snprintf(o->plot_metrics, sizeof o->plot_metrics, "%s.csv", o->plot);
+    o->metrics = o->plot_metrics;
+  }
   return 0;
 }
 
@@ -294,11 +299,6 @@ static void progress(int epoch, int epochs, long step, long steps,
 
 static FILE *open_metrics(const struct options *o) {
   const char *path = o->metrics;
-  static char derived[4096];
-  if (path == NULL && o->plot != NULL) {
-    snprintf(derived, sizeof derived, "%s.csv", o->plot);
-    path = derived;
-  }
   if (path == NULL)
     return NULL;
   struct stat st;
@@ -444,7 +444,7 @@ static int train(const struct options *o, hoop_comm_t comm, int rank,
   }
   if (rank == 0) {
     metrics = open_metrics(o);
-    if ((o->metrics != NULL || o->plot != NULL) && metrics == NULL)
+    if (o->metrics != NULL && metrics == NULL)
       goto out_trainer;
     printf("hoop-train: %d rank%s, MLP", nranks, nranks > 1 ? "s" : "");
     for (int l = 0; l <= cfg.nlayers; l++)
@@ -592,12 +592,7 @@ int main(int argc, char **argv) {
     return rc;
   }
   hoop_comm_destroy(comm);
-  if (rank == 0 && o.plot != NULL) {
-    char csv[4096];
-    snprintf(csv, sizeof csv, "%s", o.metrics ? o.metrics : o.plot);
-    if (o.metrics == NULL)
-      strncat(csv, ".csv", sizeof csv - strlen(csv) - 1);
-    return plot(csv, o.plot) == 0 ? 0 : 1;
-  }
+  if (rank == 0 && o.plot != NULL)
+    return plot(o.metrics, o.plot) == 0 ? 0 : 1;
   return 0;
 }
