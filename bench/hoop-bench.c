@@ -1,24 +1,34 @@
 /*
  * hoop-bench: times a collective over a size sweep, in the layout that
  * nccl-tests users read every day.  Start one process per rank, e.g.
- *   hoop-run -n 4 hoop-bench -b 4K -e 64M -f 2
+ *   hoop-run -n 4 hoop-bench -b 4K -e 64M -f 2              (all-reduce)
+ *   hoop-run -n 4 hoop-bench -C allgather -b 4K -e 64M -f 2
+ * -C picks the collective (allreduce, reducescatter, allgather, broadcast,
+ * reduce, alltoall; nccl-tests' all_reduce etc. also work); each one's
+ * sizes, counts and bus bandwidth are nccl-tests' (see its struct
+ * bench_coll in bench.h).
  *
- * Timing follows bench/../shared bench-method: per size, warm-up calls,
- * then timed iterations of (barrier, one call) measured on every rank; an
+ * Timing follows ../shared/bench-method.md: per size, warm-up calls, then
+ * timed iterations of (barrier, one call) measured on every rank; an
  * iteration's time is the slowest rank's and the reported time is the
- * median over iterations.  Results are checked against a closed form
- * before timing (-c 1) and the number of wrong elements is printed.
+ * median over iterations.  With -c 1 each placement is first run once on
+ * known inputs and every element of the result is compared with a
+ * reference computed here from every rank's input, never through hoop.
+ * HOOP_BENCH_CORRUPT=1 spoils one element of one rank's out-of-place
+ * result before that comparison, so that a test can see the check fail.
  *
- * -B 1 appends, after the 13 nccl-tests columns, the payload bytes one call
- * moved (from hoop's own counters, around the checked out-of-place call):
- * rank 0's bytes sent and received, the most any rank sent and received
- * (the busiest link, each direction), the cost model's bytes per direction
- * on the busiest link for the algorithm that ran, and that algorithm.  It
- * is off by default because scripts that parse the rows expect 13 columns.
+ * Every size also counts one out-of-place call's payload bytes (hoop's own
+ * counters).  -B 1 appends them after the 13 nccl-tests columns: rank 0's
+ * bytes sent and received, the most any rank sent and received (the
+ * busiest link, each direction), the cost model's bytes each way on the
+ * busiest link for the algorithm that ran, and that algorithm.  It is off
+ * by default because scripts that parse the rows expect 13 columns.  -J
+ * writes every measured row as JSON lines, traffic included.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -26,16 +36,24 @@
 #include <string.h>
 #include <time.h>
 
-#include "hoop.h"
+#include "bench.h"
+
+static const struct bench_coll *const colls[] = {
+    &bench_allreduce, &bench_reduce_scatter, &bench_allgather,
+    &bench_broadcast, &bench_reduce,         &bench_alltoall,
+};
+#define NCOLLS (sizeof colls / sizeof colls[0])
 
 struct options {
+  const struct bench_coll *coll;
   size_t min_bytes, max_bytes;
   size_t step_factor;
-  int iters, warmup, check, traffic;
+  int iters, warmup, check, traffic, root;
   hoop_dtype_t dtype;
   hoop_op_t op;
   hoop_algo_t algo;
   const char *json_path;
+  int corrupt; /* HOOP_BENCH_CORRUPT */
 };
 
 /* Payload bytes of one call, from hoop_comm_get_stats. */
@@ -49,9 +67,17 @@ struct ctx {
   hoop_comm_t comm;
   int rank, nranks;
   struct options opt;
+  struct bench_ref ref;
   char *send, *recv;
   double *times; /* [iters] */
   FILE *json;
+};
+
+/* One placement's result at one size. */
+struct placement {
+  int measured; /* 0: the collective has no in-place form */
+  double median_us, min_us, max_us;
+  long long wrong; /* -1: not checked */
 };
 
 static void die(struct ctx *c, const char *what, hoop_result_t res) {
@@ -68,6 +94,14 @@ static void die(struct ctx *c, const char *what, hoop_result_t res) {
       die((c), #call, r_);                                                   \
   } while (0)
 
+/* Usage errors exit 2, as nccl-tests and hoop-run do. */
+static void usage_error(const char *fmt, const char *arg) {
+  fprintf(stderr, "hoop-bench: ");
+  fprintf(stderr, fmt, arg);
+  fprintf(stderr, " (hoop-bench -h lists the options)\n");
+  exit(2);
+}
+
 static size_t parse_size(const char *text) {
   char *end;
   errno = 0;
@@ -79,11 +113,21 @@ static size_t parse_size(const char *text) {
   case 'G': case 'g': mult = 1024.0 * 1024 * 1024; end++; break;
   default: break;
   }
-  if (errno != 0 || *end != '\0' || v < 0) {
-    fprintf(stderr, "hoop-bench: bad size \"%s\"\n", text);
+  if (errno != 0 || end == text || *end != '\0' || v < 0)
+    usage_error("bad size \"%s\"", text);
+  return (size_t)(v * mult);
+}
+
+static int parse_int(const char *text, const char *what) {
+  char *end;
+  errno = 0;
+  long v = strtol(text, &end, 10);
+  if (errno != 0 || end == text || *end != '\0' || v < INT_MIN ||
+      v > INT_MAX) {
+    fprintf(stderr, "hoop-bench: %s: \"%s\" is not a number\n", what, text);
     exit(2);
   }
-  return (size_t)(v * mult);
+  return (int)v;
 }
 
 static int parse_enum(const char *text, const char *(*name)(int), int n,
@@ -100,146 +144,124 @@ static const char *dtype_name(int i) { return hoop_dtype_name(i); }
 static const char *op_name(int i) { return hoop_op_name(i); }
 static const char *algo_name(int i) { return hoop_algo_name(i); }
 
+/* "all_gather", "AllGather" and "all-gather" all name allgather. */
+static const struct bench_coll *find_coll(const char *text) {
+  char plain[32];
+  size_t n = 0;
+  for (const char *p = text; *p != '\0' && n + 1 < sizeof plain; p++) {
+    if (*p != '_' && *p != '-')
+      plain[n++] = (char)(*p >= 'A' && *p <= 'Z' ? *p - 'A' + 'a' : *p);
+  }
+  plain[n] = '\0';
+  for (size_t i = 0; i < NCOLLS; i++) {
+    if (strcmp(plain, colls[i]->name) == 0)
+      return colls[i];
+  }
+  usage_error("unknown collective \"%s\"", text);
+  return NULL;
+}
+
 static void usage(void) {
-  printf("usage: hoop-bench [-b minbytes] [-e maxbytes] [-f factor] "
-         "[-n iters] [-w warmup]\n"
-         "                  [-c 0|1] [-d dtype] [-o op] [-a algo] "
-         "[-J file.json] [-B 0|1]\n"
+  printf("usage: hoop-bench [-C coll] [-b minbytes] [-e maxbytes] "
+         "[-f factor] [-n iters] [-w warmup]\n"
+         "                  [-c 0|1] [-d dtype] [-o op] [-r root] [-a algo] "
+         "[-m host]\n"
+         "                  [-J file.jsonl] [-B 0|1]\n"
+         "  colls: allreduce (default) reducescatter allgather broadcast "
+         "reduce alltoall\n"
          "  dtypes: int8 uint8 int32 uint32 int64 uint64 half float double "
-         "bfloat16\n  ops: sum prod min max avg\n  algos: auto ring tree ps\n"
+         "bfloat16\n  ops: sum prod min max avg (reductions only)\n"
+         "  -r: root of broadcast and reduce (default 0)\n"
+         "  algos: auto; ring tree ps (allreduce); ring tree (broadcast, "
+         "reduce); ring (reducescatter, allgather)\n"
+         "  -m: buffer memory; only host is built so far\n"
+         "  -J: every row as JSON lines, with the bytes each call moved\n"
          "  -B 1: append bytes sent/received per call and the model's "
-         "busiest-link bytes\n");
+         "busiest-link bytes\n"
+         "  HOOP_BENCH_CORRUPT=1: spoil one result element (tests -c)\n");
+}
+
+/* Rejects what the chosen collective cannot take. */
+static void check_fit(const struct options *o, int op_given, int root_given) {
+  const struct bench_coll *k = o->coll;
+  if (op_given && !k->reduces)
+    usage_error("-o: %s reduces nothing", k->name);
+  if (root_given && !k->rooted)
+    usage_error("-r: %s has no root", k->name);
+  if (!(k->algos & BENCH_ALGO(o->algo))) {
+    fprintf(stderr, "hoop-bench: -a %s: %s offers", hoop_algo_name(o->algo),
+            k->name);
+    for (int a = HOOP_ALGO_AUTO; a < HOOP_ALGO_P2P; a++) {
+      if (k->algos & BENCH_ALGO(a))
+        fprintf(stderr, " %s", hoop_algo_name(a));
+    }
+    fprintf(stderr, "\n");
+    exit(2);
+  }
 }
 
 static struct options parse_options(int argc, char **argv) {
-  struct options o = {8,        64u << 20, 2,        20,
-                      5,        1,         0,        HOOP_F32,
-                      HOOP_SUM, HOOP_ALGO_AUTO, NULL};
-  int ch;
-  while ((ch = getopt(argc, argv, "b:e:f:n:w:c:d:o:a:J:B:h")) != -1) {
+  struct options o = {.coll = &bench_allreduce, .min_bytes = 8,
+                      .max_bytes = 64u << 20, .step_factor = 2, .iters = 20,
+                      .warmup = 5, .check = 1, .dtype = HOOP_F32,
+                      .op = HOOP_SUM, .algo = HOOP_ALGO_AUTO};
+  static const struct option longopts[] = {
+      {"coll", required_argument, NULL, 'C'},
+      {"help", no_argument, NULL, 'h'},
+      {NULL, 0, NULL, 0},
+  };
+  int ch, op_given = 0, root_given = 0;
+  while ((ch = getopt_long(argc, argv, "C:b:e:f:n:w:c:d:o:r:a:m:J:B:h",
+                           longopts, NULL)) != -1) {
     switch (ch) {
+    case 'C': o.coll = find_coll(optarg); break;
     case 'b': o.min_bytes = parse_size(optarg); break;
     case 'e': o.max_bytes = parse_size(optarg); break;
     case 'f': o.step_factor = parse_size(optarg); break;
-    case 'n': o.iters = atoi(optarg); break;
-    case 'w': o.warmup = atoi(optarg); break;
-    case 'c': o.check = atoi(optarg); break;
+    case 'n': o.iters = parse_int(optarg, "-n"); break;
+    case 'w': o.warmup = parse_int(optarg, "-w"); break;
+    case 'c': o.check = parse_int(optarg, "-c"); break;
+    case 'B': o.traffic = parse_int(optarg, "-B"); break;
+    case 'r':
+      o.root = parse_int(optarg, "-r");
+      root_given = 1;
+      break;
     case 'd':
       o.dtype = parse_enum(optarg, dtype_name, HOOP_DTYPE_COUNT, "dtype");
       break;
-    case 'o': o.op = parse_enum(optarg, op_name, HOOP_OP_COUNT, "op"); break;
+    case 'o':
+      o.op = parse_enum(optarg, op_name, HOOP_OP_COUNT, "op");
+      op_given = 1;
+      break;
     case 'a':
       o.algo = parse_enum(optarg, algo_name, HOOP_ALGO_P2P, "algorithm");
       break;
+    case 'm':
+      if (strcmp(optarg, "cuda") == 0 || strcmp(optarg, "device") == 0)
+        usage_error("-m %s: not built with CUDA: hoop moves host buffers "
+                    "only so far",
+                    optarg);
+      if (strcmp(optarg, "host") != 0)
+        usage_error("-m: unknown memory \"%s\" (host)", optarg);
+      break;
     case 'J': o.json_path = optarg; break;
-    case 'B': o.traffic = atoi(optarg); break;
     case 'h': usage(); exit(0);
     default: usage(); exit(2);
     }
   }
+  if (optind < argc)
+    usage_error("unexpected argument \"%s\"", argv[optind]);
   if (o.iters < 1 || o.warmup < 0 || o.step_factor < 2 ||
-      o.min_bytes > o.max_bytes) {
-    fprintf(stderr, "hoop-bench: need -n >= 1, -w >= 0, -f >= 2, -b <= -e\n");
+      o.min_bytes > o.max_bytes || (o.check != 0 && o.check != 1) ||
+      (o.traffic != 0 && o.traffic != 1) || o.root < 0) {
+    fprintf(stderr, "hoop-bench: need -n >= 1, -w >= 0, -f >= 2, -b <= -e, "
+                    "-c and -B 0 or 1, -r >= 0\n");
     exit(2);
   }
+  check_fit(&o, op_given, root_given);
+  const char *corrupt = getenv("HOOP_BENCH_CORRUPT");
+  o.corrupt = corrupt != NULL && strcmp(corrupt, "1") == 0;
   return o;
-}
-
-/* Exact small integers in any dtype; 16-bit floats by truncation. */
-static void store(void *buf, size_t i, hoop_dtype_t t, double v) {
-  float f = (float)v;
-  uint32_t bits;
-  memcpy(&bits, &f, 4);
-  switch (t) {
-  case HOOP_I8: ((int8_t *)buf)[i] = (int8_t)v; break;
-  case HOOP_U8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
-  case HOOP_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
-  case HOOP_U32: ((uint32_t *)buf)[i] = (uint32_t)v; break;
-  case HOOP_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
-  case HOOP_U64: ((uint64_t *)buf)[i] = (uint64_t)v; break;
-  case HOOP_F32: ((float *)buf)[i] = f; break;
-  case HOOP_F64: ((double *)buf)[i] = v; break;
-  case HOOP_BF16: ((uint16_t *)buf)[i] = (uint16_t)(bits >> 16); break;
-  case HOOP_F16: {
-    int e = (int)((bits >> 23) & 0xff) - 127 + 15;
-    uint16_t h = (uint16_t)((bits >> 16) & 0x8000);
-    if (f != 0 && e > 0)
-      h |= (uint16_t)((e << 10) | ((bits >> 13) & 0x3ff));
-    ((uint16_t *)buf)[i] = h;
-    break;
-  }
-  default: break;
-  }
-}
-
-static double load(const void *buf, size_t i, hoop_dtype_t t) {
-  switch (t) {
-  case HOOP_I8: return ((const int8_t *)buf)[i];
-  case HOOP_U8: return ((const uint8_t *)buf)[i];
-  case HOOP_I32: return ((const int32_t *)buf)[i];
-  case HOOP_U32: return ((const uint32_t *)buf)[i];
-  case HOOP_I64: return (double)((const int64_t *)buf)[i];
-  case HOOP_U64: return (double)((const uint64_t *)buf)[i];
-  case HOOP_F32: return ((const float *)buf)[i];
-  case HOOP_F64: return ((const double *)buf)[i];
-  case HOOP_BF16: {
-    uint32_t bits = (uint32_t)((const uint16_t *)buf)[i] << 16;
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-  }
-  case HOOP_F16: {
-    uint16_t h = ((const uint16_t *)buf)[i];
-    int e = (h >> 10) & 0x1f;
-    double m = e ? 1.0 + (h & 0x3ff) / 1024.0 : (h & 0x3ff) / 1024.0;
-    double v = ldexp(m, e ? e - 15 : -14);
-    return (h & 0x8000) ? -v : v;
-  }
-  default: return 0;
-  }
-}
-
-/* Rank r's element i: small integers so every op is exact in every type. */
-static double input_value(int rank, size_t i) {
-  return 1.0 + (double)((rank + i) % 3);
-}
-
-static double expected_value(const struct ctx *c, size_t i) {
-  double acc = input_value(0, i);
-  for (int r = 1; r < c->nranks; r++) {
-    double v = input_value(r, i);
-    switch (c->opt.op) {
-    case HOOP_PROD: acc *= v; break;
-    case HOOP_MIN: acc = v < acc ? v : acc; break;
-    case HOOP_MAX: acc = v > acc ? v : acc; break;
-    default: acc += v; break;
-    }
-  }
-  if (c->opt.op == HOOP_AVG) {
-    acc /= c->nranks;
-    if (c->opt.dtype != HOOP_F32 && c->opt.dtype != HOOP_F64 &&
-        c->opt.dtype != HOOP_F16 && c->opt.dtype != HOOP_BF16)
-      acc = trunc(acc);
-  }
-  return acc;
-}
-
-static void fill(const struct ctx *c, void *buf, size_t count) {
-  for (size_t i = 0; i < count; i++)
-    store(buf, i, c->opt.dtype, input_value(c->rank, i));
-}
-
-static long long count_wrong(const struct ctx *c, const void *buf,
-                             size_t count) {
-  int coarse = c->opt.dtype == HOOP_F16 || c->opt.dtype == HOOP_BF16;
-  long long wrong = 0;
-  for (size_t i = 0; i < count; i++) {
-    double want = expected_value(c, i), got = load(buf, i, c->opt.dtype);
-    double tol = coarse ? fabs(want) * 1e-2 : fabs(want) * 1e-6;
-    if (!(fabs(got - want) <= tol))
-      wrong++;
-  }
-  return wrong;
 }
 
 static double now_us(void) {
@@ -248,12 +270,24 @@ static double now_us(void) {
   return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
 }
 
-static void barrier(struct ctx *c) { CHECK(c, hoop_barrier(c->comm)); }
+/* The call's buffers: separate, or one buffer in the in-place layout. */
+static struct bench_call make_call(const struct ctx *c,
+                                   const struct bench_layout *l,
+                                   int in_place) {
+  size_t esz = hoop_dtype_size(c->opt.dtype);
+  struct bench_call call = {.comm = c->comm, .send = c->send,
+                            .recv = c->recv, .count = l->count,
+                            .dtype = c->opt.dtype, .op = c->opt.op,
+                            .root = c->opt.root};
+  if (in_place) {
+    call.send = c->recv + l->in_place_send_off * esz;
+    call.recv = c->recv + l->in_place_recv_off * esz;
+  }
+  return call;
+}
 
-static void run_once(struct ctx *c, size_t count, int in_place) {
-  const void *src = in_place ? c->recv : c->send;
-  CHECK(c, hoop_allreduce(c->comm, src, c->recv, count, c->opt.dtype,
-                          c->opt.op, NULL));
+static void run_once(struct ctx *c, const struct bench_call *call) {
+  CHECK(c, c->opt.coll->run(call));
 }
 
 /*
@@ -261,19 +295,19 @@ static void run_once(struct ctx *c, size_t count, int in_place) {
  * after, so they hold its payload alone (barriers and the gathers below
  * fall outside).
  */
-static void counted_call(struct ctx *c, size_t count, int in_place,
+static void counted_call(struct ctx *c, const struct bench_call *call,
                          struct traffic *tr) {
   hoop_stats_t st;
   CHECK(c, hoop_comm_reset_stats(c->comm));
-  run_once(c, count, in_place);
+  run_once(c, call);
   CHECK(c, hoop_comm_get_stats(c->comm, &st));
   tr->sent = st.bytes_sent;
   tr->received = st.bytes_received;
   /* AUTO picks per size; the counters say what it picked.  One rank runs
      no algorithm (it copies), which leaves AUTO. */
   tr->algo = HOOP_ALGO_AUTO;
-  for (int a = HOOP_ALGO_RING; a < HOOP_ALGO_P2P; a++) {
-    if (st.by_coll[HOOP_COLL_ALLREDUCE][a].calls > 0)
+  for (int a = HOOP_ALGO_RING; a < HOOP_ALGO_COUNT; a++) {
+    if (st.by_coll[c->opt.coll->kind][a].calls > 0)
       tr->algo = (hoop_algo_t)a;
   }
   uint64_t most[2] = {tr->sent, tr->received};
@@ -282,36 +316,52 @@ static void counted_call(struct ctx *c, size_t count, int in_place,
   tr->max_received = most[1];
 }
 
-/*
- * The cost model's payload bytes, each direction, on the busiest link for
- * `bytes` per rank: the ring sends and receives 2(N-1)/N of the buffer on
- * every link; the parameter server's root receives N-1 buffers and sends
- * N-1 back (2(N-1)K both ways together, (N-1)K each way); a double binary
- * tree node sends and receives at most 2K.
- */
-static double model_link_bytes(hoop_algo_t algo, int n, size_t bytes) {
-  double k = (double)bytes;
-  switch (algo) {
-  case HOOP_ALGO_RING: return 2.0 * (n - 1) / n * k;
-  case HOOP_ALGO_PS: return (double)(n - 1) * k;
-  case HOOP_ALGO_TREE: return n > 1 ? 2.0 * k : 0;
-  default: return 0;
-  }
+/* The rank whose result HOOP_BENCH_CORRUPT spoils: the last that has one. */
+static int corrupt_rank(const struct ctx *c) {
+  struct bench_ref last = c->ref;
+  last.rank = c->nranks - 1;
+  return c->opt.coll->result_elems(&last) > 0 ? last.rank : c->opt.root;
 }
 
-/* Checks one call's result; with -B 1 the out-of-place one is counted. */
-static long long check_result(struct ctx *c, size_t count, int in_place,
-                              struct traffic *tr) {
-  if (!c->opt.check)
-    return 0;
-  fill(c, in_place ? c->recv : c->send, count);
-  if (!in_place)
-    memset(c->recv, 0, count * hoop_dtype_size(c->opt.dtype));
+static long long count_wrong(const struct ctx *c, const void *buf) {
+  hoop_dtype_t t = c->opt.dtype;
+  int coarse = t == HOOP_F16 || t == HOOP_BF16;
+  size_t n = c->opt.coll->result_elems(&c->ref);
+  long long wrong = 0;
+  for (size_t i = 0; i < n; i++) {
+    double want = c->opt.coll->expected(&c->ref, i);
+    double got = bench_load(buf, i, t);
+    double tol = coarse ? fabs(want) * 1e-2 : fabs(want) * 1e-6;
+    if (!(fabs(got - want) <= tol))
+      wrong++;
+  }
+  return wrong;
+}
+
+/*
+ * Runs the call once on known inputs, over a zeroed output (every
+ * expected value is at least 1, so a call that writes nothing fails), and
+ * returns the wrong elements summed over ranks.  `tr` set: count it.
+ */
+static long long check_call(struct ctx *c, const struct bench_layout *l,
+                            int in_place, struct traffic *tr) {
+  struct bench_call call = make_call(c, l, in_place);
+  size_t esz = hoop_dtype_size(c->opt.dtype);
+  size_t whole = l->send_elems > l->recv_elems ? l->send_elems : l->recv_elems;
+  memset(c->recv, 0, (in_place ? whole : l->recv_elems) * esz);
+  for (size_t i = 0; i < l->send_elems; i++)
+    bench_store((void *)call.send, i, c->opt.dtype,
+                bench_input(&c->ref, c->rank, i));
   if (tr != NULL)
-    counted_call(c, count, in_place, tr);
+    counted_call(c, &call, tr);
   else
-    run_once(c, count, in_place);
-  long long wrong = count_wrong(c, c->recv, count);
+    run_once(c, &call);
+  size_t n = c->opt.coll->result_elems(&c->ref);
+  if (c->opt.corrupt && !in_place && n > 0 && c->rank == corrupt_rank(c)) {
+    double v = bench_load(call.recv, n / 2, c->opt.dtype);
+    bench_store(call.recv, n / 2, c->opt.dtype, v + 1 + fabs(v));
+  }
+  long long wrong = count_wrong(c, call.recv);
   CHECK(c, hoop_allreduce(c->comm, &wrong, &wrong, 1, HOOP_I64, HOOP_SUM,
                           NULL));
   return wrong;
@@ -322,38 +372,36 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-struct timing {
-  double median_us, min_us, max_us;
-};
-
-static struct timing time_size(struct ctx *c, size_t count, int in_place) {
+static void time_call(struct ctx *c, const struct bench_call *call,
+                      struct placement *p) {
   for (int i = 0; i < c->opt.warmup; i++)
-    run_once(c, count, in_place);
+    run_once(c, call);
   for (int i = 0; i < c->opt.iters; i++) {
-    barrier(c);
+    CHECK(c, hoop_barrier(c->comm));
     double t0 = now_us();
-    run_once(c, count, in_place);
+    run_once(c, call);
     c->times[i] = now_us() - t0;
   }
   /* The slowest rank decides each iteration; gathered outside the timing. */
   CHECK(c, hoop_allreduce(c->comm, c->times, c->times, (size_t)c->opt.iters,
                           HOOP_F64, HOOP_MAX, NULL));
   qsort(c->times, (size_t)c->opt.iters, sizeof *c->times, cmp_double);
-  struct timing t = {c->times[c->opt.iters / 2], c->times[0],
-                     c->times[c->opt.iters - 1]};
-  if (c->opt.iters % 2 == 0)
-    t.median_us = (c->times[c->opt.iters / 2 - 1] + t.median_us) / 2;
-  return t;
+  int n = c->opt.iters;
+  p->min_us = c->times[0];
+  p->max_us = c->times[n - 1];
+  p->median_us = (c->times[(n - 1) / 2] + c->times[n / 2]) / 2;
 }
 
 static void print_header(const struct ctx *c) {
-  printf("# hoop-bench allreduce: %d ranks, %s %s, algorithm %s, %d warm-up "
-         "and %d timed iterations, check %s\n",
-         c->nranks, hoop_dtype_name(c->opt.dtype), hoop_op_name(c->opt.op),
-         hoop_algo_name(c->opt.algo),
+  const struct bench_coll *k = c->opt.coll;
+  printf("# hoop-bench %s: %d ranks, %s %s, root %d, algorithm %s, %d "
+         "warm-up and %d timed iterations, check %s\n",
+         k->name, c->nranks, hoop_dtype_name(c->opt.dtype),
+         k->reduces ? hoop_op_name(c->opt.op) : "none",
+         k->rooted ? c->opt.root : -1, hoop_algo_name(c->opt.algo),
          c->opt.warmup, c->opt.iters, c->opt.check ? "on" : "off");
   printf("# time: median over iterations of the slowest rank; busbw = "
-         "algbw * 2(N-1)/N\n");
+         "algbw * %s\n", k->bus_factor_text);
   if (c->opt.traffic)
     printf("# bytes: payload of one out-of-place call: rank 0's sent and "
            "received, the most any rank sent and received, and the model's "
@@ -374,64 +422,107 @@ static void print_header(const struct ctx *c) {
   printf("\n");
 }
 
-/* Prints one row; returns the number of wrong elements it found. */
-static long long bench_size(struct ctx *c, size_t count) {
-  size_t bytes = count * hoop_dtype_size(c->opt.dtype);
-  double factor = 2.0 * (c->nranks - 1) / c->nranks;
-  struct timing t[2];
-  long long wrong[2];
-  struct traffic tr = {0};
-  struct traffic *count_it = c->opt.traffic ? &tr : NULL;
-  /* Without checking there is no checked call to count: count one more. */
-  if (count_it != NULL && !c->opt.check)
-    counted_call(c, count, 0, count_it);
+static double algbw_of(size_t bytes, const struct placement *p) {
+  return p->median_us > 0 ? (double)bytes / p->median_us / 1e3 : 0;
+}
+
+static void print_row(const struct ctx *c, const struct bench_layout *l,
+                      const struct placement p[2], const struct traffic *tr,
+                      double model) {
+  const struct bench_coll *k = c->opt.coll;
+  double factor = k->bus_factor(c->nranks);
+  printf("  %10zu %12zu %8s %6s %6d", l->bytes, l->count,
+         hoop_dtype_name(c->opt.dtype),
+         k->reduces ? hoop_op_name(c->opt.op) : "none",
+         k->rooted ? c->opt.root : -1);
   for (int ip = 0; ip < 2; ip++) {
-    wrong[ip] = check_result(c, count, ip, ip == 0 ? count_it : NULL);
-    t[ip] = time_size(c, count, ip);
-  }
-  double model = model_link_bytes(tr.algo, c->nranks, bytes);
-  if (c->rank != 0)
-    return wrong[0] + wrong[1];
-  printf("  %10zu %12zu %8s %6s %6d", bytes, count,
-         hoop_dtype_name(c->opt.dtype), hoop_op_name(c->opt.op), -1);
-  for (int ip = 0; ip < 2; ip++) {
-    double algbw = t[ip].median_us > 0 ? bytes / t[ip].median_us / 1e3 : 0;
-    printf(" %9.2f %7.2f %7.2f %6lld", t[ip].median_us, algbw,
-           algbw * factor, wrong[ip]);
+    if (!p[ip].measured) {
+      printf(" %9s %7s %7s %6s", "N/A", "N/A", "N/A", "N/A");
+      continue;
+    }
+    double algbw = algbw_of(l->bytes, &p[ip]);
+    printf(" %9.2f %7.2f %7.2f", p[ip].median_us, algbw, algbw * factor);
+    if (p[ip].wrong < 0)
+      printf(" %6s", "N/A");
+    else
+      printf(" %6lld", p[ip].wrong);
   }
   if (c->opt.traffic)
     printf(" %11llu %11llu %11llu %11llu %11.0f %5s",
-           (unsigned long long)tr.sent, (unsigned long long)tr.received,
-           (unsigned long long)tr.max_sent,
-           (unsigned long long)tr.max_received, model,
-           hoop_algo_name(tr.algo));
+           (unsigned long long)tr->sent, (unsigned long long)tr->received,
+           (unsigned long long)tr->max_sent,
+           (unsigned long long)tr->max_received, model,
+           hoop_algo_name(tr->algo));
   printf("\n");
   fflush(stdout);
-  if (c->json != NULL) {
-    for (int ip = 0; ip < 2; ip++) {
-      double algbw = t[ip].median_us > 0 ? bytes / t[ip].median_us / 1e3 : 0;
-      fprintf(c->json,
-              "{\"collective\":\"allreduce\",\"ranks\":%d,\"bytes\":%zu,"
-              "\"count\":%zu,\"dtype\":\"%s\",\"op\":\"%s\","
-              "\"in_place\":%d,\"time_us\":%.3f,\"min_us\":%.3f,"
-              "\"max_us\":%.3f,\"algbw_GBps\":%.4f,\"busbw_GBps\":%.4f,"
-              "\"wrong\":%lld",
-              c->nranks, bytes, count, hoop_dtype_name(c->opt.dtype),
-              hoop_op_name(c->opt.op), ip, t[ip].median_us, t[ip].min_us,
-              t[ip].max_us, algbw, algbw * factor, wrong[ip]);
-      if (c->opt.traffic)
-        fprintf(c->json,
-                ",\"sent_B\":%llu,\"recv_B\":%llu,\"max_sent_B\":%llu,"
-                "\"max_recv_B\":%llu,\"model_link_B\":%.0f,"
-                "\"algo\":\"%s\"",
-                (unsigned long long)tr.sent, (unsigned long long)tr.received,
-                (unsigned long long)tr.max_sent,
-                (unsigned long long)tr.max_received, model,
-                hoop_algo_name(tr.algo));
-      fprintf(c->json, "}\n");
-    }
+}
+
+/* One JSON object per measured placement, the text row's figures plus the
+   spread and the traffic. */
+static void write_json(const struct ctx *c, const struct bench_layout *l,
+                       const struct placement p[2], const struct traffic *tr,
+                       double model) {
+  const struct bench_coll *k = c->opt.coll;
+  for (int ip = 0; ip < 2; ip++) {
+    if (!p[ip].measured)
+      continue;
+    double algbw = algbw_of(l->bytes, &p[ip]);
+    fprintf(c->json,
+            "{\"collective\":\"%s\",\"ranks\":%d,\"bytes\":%zu,"
+            "\"count\":%zu,\"dtype\":\"%s\",\"op\":\"%s\",\"root\":%d,"
+            "\"algo_requested\":\"%s\",\"in_place\":%d,\"time_us\":%.3f,"
+            "\"min_us\":%.3f,\"max_us\":%.3f,\"algbw_GBps\":%.4f,"
+            "\"busbw_GBps\":%.4f,",
+            k->name, c->nranks, l->bytes, l->count,
+            hoop_dtype_name(c->opt.dtype),
+            k->reduces ? hoop_op_name(c->opt.op) : "none",
+            k->rooted ? c->opt.root : -1, hoop_algo_name(c->opt.algo), ip,
+            p[ip].median_us, p[ip].min_us, p[ip].max_us, algbw,
+            algbw * k->bus_factor(c->nranks));
+    if (p[ip].wrong < 0)
+      fprintf(c->json, "\"wrong\":null,");
+    else
+      fprintf(c->json, "\"wrong\":%lld,", p[ip].wrong);
+    fprintf(c->json,
+            "\"sent_B\":%llu,\"recv_B\":%llu,\"max_sent_B\":%llu,"
+            "\"max_recv_B\":%llu,\"model_link_B\":%.0f,\"algo\":\"%s\"}\n",
+            (unsigned long long)tr->sent, (unsigned long long)tr->received,
+            (unsigned long long)tr->max_sent,
+            (unsigned long long)tr->max_received, model,
+            hoop_algo_name(tr->algo));
   }
-  return wrong[0] + wrong[1];
+  fflush(c->json);
+}
+
+/* Checks, counts and times one size; returns the wrong elements found. */
+static long long bench_size(struct ctx *c, size_t elems) {
+  const struct bench_coll *k = c->opt.coll;
+  size_t esz = hoop_dtype_size(c->opt.dtype);
+  struct bench_layout l;
+  k->layout(elems, c->rank, c->nranks, esz, &l);
+  c->ref.count = l.count;
+  struct placement p[2] = {{0}};
+  struct traffic tr = {0};
+  /* Without checking there is no checked call to count: count one more. */
+  if (!c->opt.check) {
+    struct bench_call call = make_call(c, &l, 0);
+    counted_call(c, &call, &tr);
+  }
+  for (int ip = 0; ip < 2; ip++) {
+    if (ip && !k->in_place)
+      continue;
+    p[ip].measured = 1;
+    p[ip].wrong = c->opt.check ? check_call(c, &l, ip, ip ? NULL : &tr) : -1;
+    struct bench_call call = make_call(c, &l, ip);
+    time_call(c, &call, &p[ip]);
+  }
+  double model = k->model_bytes(tr.algo, c->nranks, (double)l.bytes);
+  if (c->rank == 0) {
+    print_row(c, &l, p, &tr, model);
+    if (c->json != NULL)
+      write_json(c, &l, p, &tr, model);
+  }
+  return (p[0].wrong > 0 ? p[0].wrong : 0) + (p[1].wrong > 0 ? p[1].wrong : 0);
 }
 
 int main(int argc, char **argv) {
@@ -440,7 +531,17 @@ int main(int argc, char **argv) {
   CHECK(NULL, hoop_comm_init_env(&c.comm, NULL));
   CHECK(&c, hoop_comm_rank(c.comm, &c.rank));
   CHECK(&c, hoop_comm_size(c.comm, &c.nranks));
+  if (c.opt.root >= c.nranks) {
+    if (c.rank == 0)
+      fprintf(stderr, "hoop-bench: -r %d: there are only %d ranks\n",
+              c.opt.root, c.nranks);
+    hoop_comm_destroy(c.comm);
+    return 2;
+  }
   CHECK(&c, hoop_comm_set_algo(c.comm, c.opt.algo));
+  c.ref = (struct bench_ref){.rank = c.rank, .nranks = c.nranks,
+                             .root = c.opt.root, .dtype = c.opt.dtype,
+                             .op = c.opt.op, .reduces = c.opt.coll->reduces};
   size_t esz = hoop_dtype_size(c.opt.dtype);
   c.send = malloc(c.opt.max_bytes + esz);
   c.recv = malloc(c.opt.max_bytes + esz);

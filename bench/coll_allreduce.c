@@ -1,0 +1,46 @@
+/* hoop-bench -C allreduce: every rank gets the reduction of all inputs. */
+#include "bench.h"
+
+static hoop_result_t run(const struct bench_call *c) {
+  return hoop_allreduce(c->comm, c->send, c->recv, c->count, c->dtype, c->op,
+                        NULL);
+}
+
+static size_t result_elems(const struct bench_ref *ref) { return ref->count; }
+
+static double expected(const struct bench_ref *ref, size_t i) {
+  return bench_reduced(ref, i);
+}
+
+/* Each rank sends and receives 2(N-1)/N of the buffer over its link. */
+static double factor(int n) { return 2.0 * (n - 1) / n; }
+
+/*
+ * model.c's link bytes: the ring 2(N-1)/N of the buffer each way; the
+ * parameter server's root (N-1)K each way; a double binary tree node at
+ * most 2K.
+ */
+static double model_bytes(hoop_algo_t algo, int n, double k) {
+  switch (algo) {
+  case HOOP_ALGO_RING: return factor(n) * k;
+  case HOOP_ALGO_PS: return (double)(n - 1) * k;
+  case HOOP_ALGO_TREE: return n > 1 ? 2.0 * k : 0;
+  default: return 0;
+  }
+}
+
+const struct bench_coll bench_allreduce = {
+    .name = "allreduce",
+    .kind = HOOP_COLL_ALLREDUCE,
+    .reduces = 1,
+    .in_place = 1,
+    .algos = BENCH_ALGO(HOOP_ALGO_AUTO) | BENCH_ALGO(HOOP_ALGO_RING) |
+             BENCH_ALGO(HOOP_ALGO_TREE) | BENCH_ALGO(HOOP_ALGO_PS),
+    .bus_factor = factor,
+    .bus_factor_text = "2(N-1)/N",
+    .layout = bench_layout_whole,
+    .run = run,
+    .result_elems = result_elems,
+    .expected = expected,
+    .model_bytes = model_bytes,
+};

@@ -1,0 +1,41 @@
+/* hoop-bench -C reduce: the root gets the reduction of all inputs. */
+#include "bench.h"
+
+static hoop_result_t run(const struct bench_call *c) {
+  return hoop_reduce(c->comm, c->send, c->recv, c->count, c->dtype, c->op,
+                     c->root, NULL);
+}
+
+/* Only the root's buffer is written; the others have nothing to check. */
+static size_t result_elems(const struct bench_ref *ref) {
+  return ref->rank == ref->root ? ref->count : 0;
+}
+
+static double expected(const struct bench_ref *ref, size_t i) {
+  return bench_reduced(ref, i);
+}
+
+/* model.c: a chain moves the buffer once per link; a binary tree's inner
+   node receives it from two children. */
+static double model_bytes(hoop_algo_t algo, int n, double k) {
+  if (n < 2)
+    return 0;
+  return algo == HOOP_ALGO_TREE ? 2.0 * k : k;
+}
+
+const struct bench_coll bench_reduce = {
+    .name = "reduce",
+    .kind = HOOP_COLL_REDUCE,
+    .reduces = 1,
+    .rooted = 1,
+    .in_place = 1,
+    .algos = BENCH_ALGO(HOOP_ALGO_AUTO) | BENCH_ALGO(HOOP_ALGO_RING) |
+             BENCH_ALGO(HOOP_ALGO_TREE),
+    .bus_factor = bench_factor_one,
+    .bus_factor_text = "1",
+    .layout = bench_layout_whole,
+    .run = run,
+    .result_elems = result_elems,
+    .expected = expected,
+    .model_bytes = model_bytes,
+};

@@ -1,0 +1,113 @@
+/*
+ * hoop-bench's data: every rank's input is a function of (rank, index), so
+ * any rank can compute what any result element must be without asking the
+ * others; the reference below never calls hoop.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "bench.h"
+
+/* Exact small integers in any dtype; 16-bit floats by truncation. */
+void bench_store(void *buf, size_t i, hoop_dtype_t t, double v) {
+  float f = (float)v;
+  uint32_t bits;
+  memcpy(&bits, &f, 4);
+  switch (t) {
+  case HOOP_I8: ((int8_t *)buf)[i] = (int8_t)v; break;
+  case HOOP_U8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
+  case HOOP_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
+  case HOOP_U32: ((uint32_t *)buf)[i] = (uint32_t)v; break;
+  case HOOP_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
+  case HOOP_U64: ((uint64_t *)buf)[i] = (uint64_t)v; break;
+  case HOOP_F32: ((float *)buf)[i] = f; break;
+  case HOOP_F64: ((double *)buf)[i] = v; break;
+  case HOOP_BF16: ((uint16_t *)buf)[i] = (uint16_t)(bits >> 16); break;
+  case HOOP_F16: {
+    int e = (int)((bits >> 23) & 0xff) - 127 + 15;
+    uint16_t h = (uint16_t)((bits >> 16) & 0x8000);
+    if (f != 0 && e > 0)
+      h |= (uint16_t)((e << 10) | ((bits >> 13) & 0x3ff));
+    ((uint16_t *)buf)[i] = h;
+    break;
+  }
+  default: break;
+  }
+}
+
+double bench_load(const void *buf, size_t i, hoop_dtype_t t) {
+  switch (t) {
+  case HOOP_I8: return ((const int8_t *)buf)[i];
+  case HOOP_U8: return ((const uint8_t *)buf)[i];
+  case HOOP_I32: return ((const int32_t *)buf)[i];
+  case HOOP_U32: return ((const uint32_t *)buf)[i];
+  case HOOP_I64: return (double)((const int64_t *)buf)[i];
+  case HOOP_U64: return (double)((const uint64_t *)buf)[i];
+  case HOOP_F32: return ((const float *)buf)[i];
+  case HOOP_F64: return ((const double *)buf)[i];
+  case HOOP_BF16: {
+    uint32_t bits = (uint32_t)((const uint16_t *)buf)[i] << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+  }
+  case HOOP_F16: {
+    uint16_t h = ((const uint16_t *)buf)[i];
+    int e = (h >> 10) & 0x1f;
+    double m = e ? 1.0 + (h & 0x3ff) / 1024.0 : (h & 0x3ff) / 1024.0;
+    double v = ldexp(m, e ? e - 15 : -14);
+    return (h & 0x8000) ? -v : v;
+  }
+  default: return 0;
+  }
+}
+
+/*
+ * Reductions get small values (at most 13) so that sums over 8 ranks stay
+ * exact even in int8 and bfloat16.  A sum over a whole period of
+ * (rank + i) % 3 is the same for every i, which would let a result from
+ * the wrong block pass on 3 or 6 ranks; rank 0's extra i % 11 makes
+ * neighbouring blocks differ.  Data-movement collectives get values that
+ * differ between any two ranks at every index (31 is invertible mod 97),
+ * so a block from the wrong rank never passes; 97 is exact in every dtype.
+ */
+double bench_input(const struct bench_ref *ref, int rank, size_t i) {
+  if (ref->reduces)
+    return 1.0 + (double)(((size_t)rank + i) % 3) +
+           (rank == 0 ? (double)(i % 11) : 0.0);
+  return 1.0 + (double)(((size_t)rank * 31 + i) % 97);
+}
+
+double bench_reduced(const struct bench_ref *ref, size_t i) {
+  double acc = bench_input(ref, 0, i);
+  for (int r = 1; r < ref->nranks; r++) {
+    double v = bench_input(ref, r, i);
+    switch (ref->op) {
+    case HOOP_PROD: acc *= v; break;
+    case HOOP_MIN: acc = v < acc ? v : acc; break;
+    case HOOP_MAX: acc = v > acc ? v : acc; break;
+    default: acc += v; break;
+    }
+  }
+  if (ref->op == HOOP_AVG) {
+    acc /= ref->nranks;
+    /* Integer averages truncate, as hoop's kernels do. */
+    if (ref->dtype != HOOP_F32 && ref->dtype != HOOP_F64 &&
+        ref->dtype != HOOP_F16 && ref->dtype != HOOP_BF16)
+      acc = trunc(acc);
+  }
+  return acc;
+}
+
+void bench_layout_whole(size_t elems, int rank, int nranks, size_t esz,
+                        struct bench_layout *out) {
+  *out = (struct bench_layout){.count = elems, .send_elems = elems,
+                               .recv_elems = elems, .bytes = elems * esz};
+}
+
+double bench_factor_one(int nranks) { return 1.0; }
+
+double bench_factor_spread(int nranks) {
+  return (double)(nranks - 1) / nranks;
+}
