@@ -531,10 +531,11 @@ int main(int argc, char **argv) {
   CHECK(NULL, hoop_comm_init_env(&c.comm, NULL));
   CHECK(&c, hoop_comm_rank(c.comm, &c.rank));
   CHECK(&c, hoop_comm_size(c.comm, &c.nranks));
+  /* Every rank says why: the launcher may stop the others before rank 0
+     gets to print. */
   if (c.opt.root >= c.nranks) {
-    if (c.rank == 0)
-      fprintf(stderr, "hoop-bench: -r %d: there are only %d ranks\n",
-              c.opt.root, c.nranks);
+    fprintf(stderr, "hoop-bench: -r %d: there are only %d ranks\n",
+            c.opt.root, c.nranks);
     hoop_comm_destroy(c.comm);
     return 2;
   }

@@ -1,0 +1,215 @@
+// hoop-bench for every collective, end to end under hoop-run: the rows
+// follow nccl-tests' sizes, counts and bus-bandwidth factors, the check
+// finds nothing wrong, the JSON lines hold the same rows, the traffic
+// columns equal the model where the model is exact, a spoiled result is
+// caught (HOOP_BENCH_CORRUPT), and bad flags exit 2 with a message.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+
+namespace {
+
+using hooptest::run_shell;
+using Output = hooptest::ShellOutput;
+
+using Fields = std::vector<std::string>;
+
+// Data rows (first field a number), split on blanks.
+std::vector<Fields> DataRows(const std::string &text) {
+  std::vector<Fields> rows;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream words(line);
+    Fields f;
+    for (std::string w; words >> w;) f.push_back(w);
+    if (!f.empty() && isdigit((unsigned char)f[0][0])) rows.push_back(f);
+  }
+  return rows;
+}
+
+struct Coll {
+  const char *name;
+  bool per_rank_count;    // count column is size / N (nccl-tests)
+  bool in_place;
+  const char *extra;      // flags that make the model's bytes exact
+};
+
+double Factor(const Coll &c, int n) {
+  if (std::string(c.name) == "allreduce") return 2.0 * (n - 1) / n;
+  if (c.per_rank_count) return (n - 1.0) / n;
+  return 1.0;
+}
+
+const Coll kColls[] = {
+    {"allreduce", false, true, "-a ps"},
+    {"reducescatter", true, true, ""},
+    {"allgather", true, true, ""},
+    {"broadcast", false, true, "-a ring -r 1"},
+    {"reduce", false, true, "-a ring -r 1"},
+    {"alltoall", true, false, ""},
+};
+
+std::string Bench(int nranks, const Coll &c, const std::string &flags) {
+  return std::string(HOOP_RUN_PATH) + " --no-prefix -n " +
+         std::to_string(nranks) + " " + HOOP_BENCH_PATH + " -C " + c.name +
+         " " + c.extra + " " + flags;
+}
+
+class BenchColl : public ::testing::TestWithParam<std::tuple<int, int>> {
+ protected:
+  const Coll &coll() const { return kColls[std::get<0>(GetParam())]; }
+  int nranks() const { return std::get<1>(GetParam()); }
+};
+
+TEST_P(BenchColl, RowsFollowNcclTestsAndMatchTheJson) {
+  const Coll &c = coll();
+  const int n = nranks();
+  char json[] = "/tmp/hoop-bench-test-XXXXXX";
+  int fd = mkstemp(json);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  Output out = run_shell(Bench(n, c, "-b 1K -e 64K -f 8 -n 2 -w 1 -c 1 -B 1 "
+                                     "-J " + std::string(json)));
+  ASSERT_EQ(out.status, 0) << out.text;
+  std::vector<Fields> rows = DataRows(out.text);
+  ASSERT_EQ(rows.size(), 3u) << out.text;  // 1K, 8K, 64K
+  size_t elems = 256;
+  for (const Fields &f : rows) {
+    ASSERT_EQ(f.size(), 19u) << out.text;
+    // nccl-tests: whole multiples of N elements; count is per rank.
+    size_t per = c.per_rank_count ? elems / n : elems;
+    size_t bytes = c.per_rank_count ? per * n * 4 : elems * 4;
+    EXPECT_EQ(f[0], std::to_string(bytes)) << out.text;
+    EXPECT_EQ(f[1], std::to_string(per)) << out.text;
+    EXPECT_EQ(f[2], "float");
+    for (int group : {5, 9}) {
+      if (group == 9 && !c.in_place) {
+        EXPECT_EQ(f[9], "N/A");
+        EXPECT_EQ(f[12], "N/A");
+        continue;
+      }
+      double t = std::stod(f[group]), algbw = std::stod(f[group + 1]);
+      double busbw = std::stod(f[group + 2]);
+      EXPECT_GT(t, 0);
+      EXPECT_NEAR(algbw, bytes / t / 1e3, 0.006) << out.text;
+      EXPECT_NEAR(busbw, bytes / t / 1e3 * Factor(c, n), 0.006) << out.text;
+      EXPECT_EQ(f[group + 3], "0") << "#wrong\n" << out.text;
+    }
+    // The busiest rank's bytes, either way, against the model's.
+    double most = std::max(std::stod(f[15]), std::stod(f[16]));
+    EXPECT_EQ(most, std::stod(f[17])) << out.text;
+    elems *= 8;
+  }
+  // Every line must load as JSON; print what to compare with the rows.
+  Output js = run_shell(
+      "python3 -c 'import json,sys\n"
+      "for l in open(sys.argv[1]):\n"
+      "  o = json.loads(l)\n"
+      "  print(o[\"collective\"], o[\"bytes\"], o[\"count\"], "
+      "o[\"in_place\"], o[\"wrong\"], o[\"max_sent_B\"], "
+      "o[\"model_link_B\"], o[\"time_us\"])' " + std::string(json));
+  unlink(json);
+  ASSERT_EQ(js.status, 0) << js.text;
+  std::vector<std::string> got, want;
+  std::istringstream in(js.text);
+  size_t i = 0;
+  for (std::string line; std::getline(in, line); i++) {
+    // The row rounds the time to 2 decimals, the JSON to 3.
+    size_t cut = line.rfind(' ');
+    got.push_back(line.substr(0, cut));
+    size_t row = c.in_place ? i / 2 : i, ip = c.in_place ? i % 2 : 0;
+    ASSERT_LT(row, rows.size()) << js.text;
+    EXPECT_NEAR(std::stod(line.substr(cut + 1)),
+                std::stod(rows[row][5 + 4 * ip]), 0.0051)
+        << line;
+  }
+  for (const Fields &f : rows) {
+    for (int ip = 0; ip < (c.in_place ? 2 : 1); ip++)
+      want.push_back(std::string(c.name) + " " + f[0] + " " + f[1] + " " +
+                     std::to_string(ip) + " " + f[8 + 4 * ip] + " " + f[15] +
+                     " " + f[17]);
+  }
+  EXPECT_EQ(got, want) << out.text;
+}
+
+TEST_P(BenchColl, CheckCatchesASpoiledResultAndFails) {
+  const Coll &c = coll();
+  Output out = run_shell("HOOP_BENCH_CORRUPT=1 " +
+                         Bench(nranks(), c, "-b 1K -e 8K -f 8 -n 1 -w 0"));
+  EXPECT_EQ(out.status, 1) << out.text;
+  std::vector<Fields> rows = DataRows(out.text);
+  ASSERT_EQ(rows.size(), 2u) << out.text;
+  for (const Fields &f : rows) {
+    ASSERT_EQ(f.size(), 13u) << out.text;
+    EXPECT_EQ(f[8], "1") << "one element spoiled out of place\n" << out.text;
+    EXPECT_EQ(f[12], c.in_place ? "0" : "N/A") << out.text;
+  }
+  EXPECT_NE(out.text.find("hoop-bench: 2 wrong elements"), std::string::npos)
+      << out.text;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Bench, BenchColl,
+    ::testing::Combine(::testing::Range(0, 6), ::testing::Values(2, 3)),
+    [](const ::testing::TestParamInfo<std::tuple<int, int>> &p) {
+      return std::string(kColls[std::get<0>(p.param)].name) + "_" +
+             std::to_string(std::get<1>(p.param)) + "ranks";
+    });
+
+struct BadFlags {
+  const char *flags;
+  const char *message;
+};
+
+// Names the case in ctest's listing by its flags.
+void PrintTo(const BadFlags &b, std::ostream *os) { *os << b.flags; }
+
+class BenchBadFlags : public ::testing::TestWithParam<BadFlags> {};
+
+TEST_P(BenchBadFlags, ExitTwoWithAMessage) {
+  Output out = run_shell(std::string(HOOP_RUN_PATH) + " -n 2 " +
+                         HOOP_BENCH_PATH + " -b 1K -e 1K " +
+                         GetParam().flags);
+  EXPECT_EQ(out.status, 2) << out.text;
+  EXPECT_NE(out.text.find(GetParam().message), std::string::npos) << out.text;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Bench, BenchBadFlags,
+    ::testing::Values(
+        BadFlags{"-m cuda", "-m cuda: not built with CUDA"},
+        BadFlags{"-m disk", "unknown memory \"disk\""},
+        BadFlags{"-C gather", "unknown collective \"gather\""},
+        BadFlags{"-C broadcast -a ps", "-a ps: broadcast offers auto ring tree"},
+        BadFlags{"-C allgather -a tree", "allgather offers auto ring"},
+        BadFlags{"-C allgather -o max", "-o: allgather reduces nothing"},
+        BadFlags{"-r 1", "-r: allreduce has no root"},
+        BadFlags{"-C reduce -r 2", "-r 2: there are only 2 ranks"},
+        BadFlags{"-n ten", "-n: \"ten\" is not a number"},
+        BadFlags{"-c 2", "-c and -B 0 or 1"},
+        BadFlags{"-d float128", "unknown dtype \"float128\""},
+        BadFlags{"stray", "unexpected argument \"stray\""}),
+    [](const ::testing::TestParamInfo<BadFlags> &p) {
+      return "case" + std::to_string(p.index);
+    });
+
+// nccl-tests spellings pick the same collective.
+TEST(Bench, AcceptsNcclTestsNames) {
+  Output out = run_shell(std::string(HOOP_RUN_PATH) + " --no-prefix -n 2 " +
+                         HOOP_BENCH_PATH +
+                         " -C all_gather -b 1K -e 1K -n 1 -w 0");
+  ASSERT_EQ(out.status, 0) << out.text;
+  EXPECT_NE(out.text.find("# hoop-bench allgather: 2 ranks"),
+            std::string::npos)
+      << out.text;
+}
+
+}  // namespace
