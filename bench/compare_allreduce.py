@@ -123,10 +123,10 @@ def binaries(a):
         "hoop-run": build / "tools" / "hoop-run",
         "hoop-bench": build / "bench" / "hoop-bench",
         "hoop-ceilings": build / "bench" / "hoop-ceilings",
-        "peer-mpi-allreduce": build / "bench" / "peer-mpi-allreduce",
+        "peer-mpi-bench": build / "bench" / "peer-mpi-bench",
         "mpirun": Path(shutil.which("mpirun") or "mpirun"),
         "python3": Path("/usr/bin/python3"),
-        "gloo_allreduce.py": HERE / "peers" / "gloo_allreduce.py",
+        "gloo_bench.py": HERE / "peers" / "gloo_bench.py",
     }
 
 
@@ -150,8 +150,8 @@ def commands(a, bins, ranks):
         "mpi": [str(bins["mpirun"]), "--oversubscribe", "--allow-run-as-root",
                 "--bind-to", "none", "-np", n, "--mca", "pml", "ob1",
                 "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include",
-                "lo", str(bins["peer-mpi-allreduce"])] + sweep,
-        "gloo": [str(bins["python3"]), str(bins["gloo_allreduce.py"]),
+                "lo", str(bins["peer-mpi-bench"])] + sweep,
+        "gloo": [str(bins["python3"]), str(bins["gloo_bench.py"]),
                  "--nprocs", n] + sweep,
     }
 
@@ -175,7 +175,9 @@ def execute(argv, timeout):
 
 def parse_rows(run, in_place):
     """Fills run.times from the data rows (first field all digits) and
-    records malformed rows, unchecked results and #wrong > 0."""
+    records malformed rows, unchecked results and #wrong > 0. In-place
+    columns of N/A (all-to-all has no in-place form) count only when they
+    are the ones asked for."""
     for line in run.stdout.splitlines():
         f = line.split()
         if not f or not f[0].isdigit():
@@ -185,8 +187,11 @@ def parse_rows(run, in_place):
             continue
         try:
             group = f[9:13] if in_place else f[5:9]
+            if group[0] == "N/A":
+                run.problems.append(f"size {f[0]}: no in-place form")
+                continue
             run.times[int(f[0])] = float(group[0])
-            wrongs = [f[8]] + f[12:13]
+            wrongs = [f[8]] + (f[12:13] if f[9:10] != ["N/A"] else [])
             if "N/A" in wrongs:
                 run.problems.append(f"size {f[0]}: result not checked")
             elif any(int(w) > 0 for w in wrongs):
