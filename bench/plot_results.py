@@ -20,6 +20,7 @@ Any input left out skips its figures. Needs Debian's python3-matplotlib:
 """
 import argparse
 import json
+import statistics
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -105,7 +106,7 @@ def plot_ps_ring(path, out_dir):
         if not mine:
             continue
         ns = [r["ranks"] for r in mine]
-        med = [sorted(r["times_ms"])[len(r["times_ms"]) // 2] for r in mine]
+        med = [statistics.median(r["times_ms"]) for r in mine]
         lo = [m - min(r["times_ms"]) for m, r in zip(med, mine)]
         hi = [max(r["times_ms"]) - m for m, r in zip(med, mine)]
         color = f"C{i}"

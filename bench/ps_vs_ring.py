@@ -18,11 +18,14 @@ MTU frame carries 1448 bytes of TCP payload with timestamps):
 They differ only for ps, whose root receives (N-1)K and sends (N-1)K back;
 when the two overlap (hoop's ps sends each reduced slice back at once) the
 duplex model holds. Timing follows ../shared/bench-method.md through
-hoop-bench. Needs root; always tears the namespaces down.
+hoop-bench. Needs root; always tears the namespaces down. --json also
+writes each N and algorithm's times and models for bench/plot_results.py.
 
-  sudo /usr/bin/python3 bench/ps_vs_ring.py --build build --out FILE.md
+  sudo /usr/bin/python3 bench/ps_vs_ring.py --build build --out FILE.md \
+      --json FILE.json
 """
 import argparse
+import json
 import os
 import signal
 import statistics
@@ -89,6 +92,8 @@ def parse_args(argv):
                    help="seconds one hoop-bench run may take")
     p.add_argument("--out", type=Path, required=True,
                    help="markdown report to write")
+    p.add_argument("--json", type=Path,
+                   help="machine-readable results to write")
     a = p.parse_args(argv)
     a.rate_bps = parse_rate(a.rate)
     return a
@@ -224,6 +229,25 @@ def table(a, results, payload_Bps):
     return lines
 
 
+def json_rows(a, results, payload_Bps):
+    """One object per N and algorithm: every iteration's time beside the
+    models, as the markdown table has them."""
+    rows = []
+    for n in sorted(results):
+        for algo in ALGOS:
+            got = results[n][algo]
+            issue, duplex = models(algo, n, a.size, payload_Bps)
+            rows.append({
+                "ranks": n, "algo": algo, "bytes": a.size,
+                "rate": a.rate, "payload_Bps": payload_Bps,
+                "times_ms": [t / 1e3 for r in got for t in r["times_us"]],
+                "busiest_link_B": max((max(r["max_sent"], r["max_recvd"])
+                                       for r in got), default=None),
+                "duplex_model_ms": duplex * 1e3,
+                "issue_model_ms": issue * 1e3})
+    return rows
+
+
 def main():
     a = parse_args(sys.argv[1:])
     if subprocess.run(["id", "-u"], capture_output=True,
@@ -266,6 +290,9 @@ def main():
     report += ["## Raw output", "", *raw]
     a.out.write_text("\n".join(report) + "\n")
     print(f"wrote {a.out}")
+    if a.json:
+        a.json.write_text(json.dumps(json_rows(a, results, payload_Bps),
+                                     indent=1) + "\n")
     return 1 if problems else 0
 
 
