@@ -16,7 +16,8 @@
  *
  * With --netns PREFIX, rank r runs inside network namespace PREFIX-h<r>
  * (as tools/netsim.sh builds them), so that one machine can stand in for
- * several hosts joined by a real, rate-capped network.
+ * several hosts joined by a real, rate-capped network; --ranks-per-host K
+ * puts ranks r*K .. r*K+K-1 together in PREFIX-h<r>.
  */
 
 #include <arpa/inet.h>
@@ -86,6 +87,9 @@ static const char USAGE[] =
     "                         tools/netsim.sh; needs root); rank 0 then\n"
     "                         listens at 10.99.0.1 and the ranks get\n"
     "                         HOOP_SOCKET_IFNAME=eth0 unless it is set\n"
+    "  --ranks-per-host K     with --netns: K consecutive ranks share each\n"
+    "                         namespace (rank r in PREFIX-h<r/K>), as\n"
+    "                         ranks on one host do (default 1)\n"
     "  -h, --help             show this help\n"
     "\n"
     "Each rank gets HOOP_RANK, HOOP_WORLD_SIZE, HOOP_LOCAL_RANK,\n"
@@ -104,6 +108,7 @@ struct options {
   int64_t grace_ms;
   int64_t timeout_ms; /* 0 for none */
   const char *netns;  /* --netns PREFIX, or NULL */
+  int per_host;       /* ranks in each namespace (--ranks-per-host) */
   char **argv;        /* the program and its arguments */
 };
 
@@ -382,7 +387,8 @@ enum {
   OPT_NO_PREFIX,
   OPT_GRACE_MS,
   OPT_TIMEOUT,
-  OPT_NETNS
+  OPT_NETNS,
+  OPT_PER_HOST
 };
 
 static const struct option LONG_OPTIONS[] = {
@@ -392,6 +398,7 @@ static const struct option LONG_OPTIONS[] = {
     {"grace-ms", required_argument, NULL, OPT_GRACE_MS},
     {"timeout", required_argument, NULL, OPT_TIMEOUT},
     {"netns", required_argument, NULL, OPT_NETNS},
+    {"ranks-per-host", required_argument, NULL, OPT_PER_HOST},
     {NULL, 0, NULL, 0},
 };
 
@@ -412,7 +419,7 @@ static void parse_options(int argc, char **argv, struct options *opt)
   long value;
   int c;
 
-  *opt = (struct options){.grace_ms = DEFAULT_GRACE_MS};
+  *opt = (struct options){.grace_ms = DEFAULT_GRACE_MS, .per_host = 1};
   opterr = 0; /* we report bad options ourselves, in our own words */
   /* '+' stops at the program's name and leaves its options alone. */
   while ((c = getopt_long(argc, argv, "+:hn:", LONG_OPTIONS, NULL)) != -1) {
@@ -449,12 +456,21 @@ static void parse_options(int argc, char **argv, struct options *opt)
                     optarg);
       opt->netns = optarg;
       break;
+    case OPT_PER_HOST:
+      if (!parse_long(optarg, 1, MAX_RANKS, &value))
+        usage_error("--ranks-per-host wants a number from 1 to %d, not '%s'",
+                    MAX_RANKS, optarg);
+      opt->per_host = (int)value;
+      break;
     default:
       bad_option(c, argv);
     }
   }
   if (opt->nranks == 0)
     usage_error("missing -n N, the number of ranks");
+  if (opt->per_host > 1 && opt->netns == NULL)
+    usage_error("--ranks-per-host needs --netns: without namespaces every "
+                "rank shares this host already");
   if (optind >= argc)
     usage_error("missing the program to run");
   opt->argv = argv + optind;
@@ -750,7 +766,9 @@ static void export_job_env(const struct job *job)
     root_addr = picked;
   }
   if (setenv_long("HOOP_WORLD_SIZE", job->opt->nranks) != 0 ||
-      setenv_long("HOOP_LOCAL_WORLD_SIZE", job->opt->nranks) != 0 ||
+      setenv_long("HOOP_LOCAL_WORLD_SIZE", job->opt->netns != NULL
+                                               ? job->opt->per_host
+                                               : job->opt->nranks) != 0 ||
       (root_addr != NULL && setenv("HOOP_ROOT_ADDR", root_addr, 1) != 0) ||
       /* The data listeners must use the emulated link, not loopback. */
       (job->opt->netns != NULL &&
@@ -770,7 +788,8 @@ static void open_namespaces(struct job *job)
   if (job->opt->netns == NULL)
     return;
   for (int r = 0; r < job->opt->nranks; r++) {
-    snprintf(path, sizeof path, "/var/run/netns/%s-h%d", job->opt->netns, r);
+    snprintf(path, sizeof path, "/var/run/netns/%s-h%d", job->opt->netns,
+             r / job->opt->per_host);
     job->ranks[r].netns_fd = open(path, O_RDONLY | O_CLOEXEC);
     if (job->ranks[r].netns_fd < 0)
       die(job,
@@ -820,7 +839,9 @@ static _Noreturn void exec_rank(const struct job *job, int rank, int out_fd,
                       dup2(err_fd, STDERR_FILENO) < 0))
     rank_setup_failed(rank, "dup2");
   if (setenv_long("HOOP_RANK", rank) != 0 ||
-      setenv_long("HOOP_LOCAL_RANK", rank) != 0)
+      setenv_long("HOOP_LOCAL_RANK", job->opt->netns != NULL
+                                         ? rank % job->opt->per_host
+                                         : rank) != 0)
     rank_setup_failed(rank, "setenv");
   execvp(argv[0], argv);
   int rc = dprintf(STDERR_FILENO, "hoop-run: cannot run '%s': %s\n", argv[0],
