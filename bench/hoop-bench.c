@@ -574,7 +574,14 @@ int main(int argc, char **argv) {
   free(c.send);
   free(c.recv);
   free(c.times);
-  if (total_wrong > 0 && c.rank == 0)
+  /*
+   * Every rank knows the total, but only rank 0 reports it and fails: a
+   * launcher stops the job at the first failing rank, which must not cut
+   * off rank 0's report.
+   */
+  if (total_wrong > 0 && c.rank == 0) {
     fprintf(stderr, "hoop-bench: %lld wrong elements\n", total_wrong);
-  return total_wrong > 0 ? 1 : 0;
+    return 1;
+  }
+  return 0;
 }
