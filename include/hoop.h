@@ -302,6 +302,31 @@ HOOP_API hoop_result_t hoop_comm_predict(hoop_comm_t comm, hoop_coll_t coll,
                                          double *seconds);
 
 /*
+ * Topology: where each rank runs and what it could use, as it published at
+ * set-up.  Ranks with the same `host` (the same boot, hostname and network
+ * namespace) talk through shared memory; others through the network.
+ */
+typedef struct hoop_rank_info {
+  int host;           /* index of its host, numbered by lowest rank */
+  int pid;
+  int shm;            /* can use POSIX shared memory */
+  int cuda_devices;   /* GPUs the host's driver lists */
+  int verbs_devices;  /* RDMA devices the host's kernel lists */
+  char hostname[64];
+} hoop_rank_info_t;
+
+HOOP_API hoop_result_t hoop_comm_rank_info(hoop_comm_t comm, int rank,
+                                           hoop_rank_info_t *info);
+
+/*
+ * The transport ranks a and b use between them ("shm", "tcp"), chosen by
+ * the same rule on every rank (HOOP_TRANSPORT forces one); "self" when
+ * a == b.  The name is a static string.
+ */
+HOOP_API hoop_result_t hoop_comm_transport(hoop_comm_t comm, int a, int b,
+                                           const char **name);
+
+/*
  * Counters, per communicator.  Bytes are payload (what the schedule moves),
  * not headers; time is wall time inside the calls.
  */

@@ -4,7 +4,8 @@
  *
  *   hoop-run -n 8 hoop-info          (or mpirun, torchrun, srun)
  *
- * Rank 0 prints the build, whether the ranks share one host, the cost
+ * Rank 0 prints the build, the topology (each host's ranks and devices,
+ * and which transport joins ranks within and across hosts), the cost
  * model's parameters (HOOP_ALPHA_NS, HOOP_LINK_MBPS or HOOP_HOST_MBPS), the
  * predicted all-reduce time
  * of each algorithm over a size sweep, which one AUTO picks, and the sizes
@@ -56,6 +57,53 @@ static void print_crossover(hoop_comm_t comm, hoop_algo_t a, hoop_algo_t b) {
            hoop_algo_name(b), x, x / 1024.0);
 }
 
+static hoop_rank_info_t rank_info(hoop_comm_t comm, int rank) {
+  hoop_rank_info_t info;
+  hoop_result_t res = hoop_comm_rank_info(comm, rank, &info);
+  if (res != HOOP_SUCCESS)
+    die(comm, "hoop_comm_rank_info", res);
+  return info;
+}
+
+static const char *transport(hoop_comm_t comm, int a, int b) {
+  const char *name;
+  hoop_result_t res = hoop_comm_transport(comm, a, b, &name);
+  if (res != HOOP_SUCCESS)
+    die(comm, "hoop_comm_transport", res);
+  return name;
+}
+
+/*
+ * One line per host: its ranks, what they can use, and the transport
+ * between its first two ranks and from its first rank to rank 0's host.
+ */
+static void print_topology(hoop_comm_t comm, int n) {
+  printf("# topology (HOOP_TRANSPORT=%s):\n",
+         getenv("HOOP_TRANSPORT") != NULL ? getenv("HOOP_TRANSPORT")
+                                           : "auto");
+  for (int host = 0;; host++) {
+    int first = -1, second = -1, count = 0;
+    for (int r = 0; r < n; r++) {
+      if (rank_info(comm, r).host != host)
+        continue;
+      count++;
+      if (first < 0)
+        first = r;
+      else if (second < 0)
+        second = r;
+    }
+    if (first < 0)
+      return;
+    hoop_rank_info_t info = rank_info(comm, first);
+    printf("#   host %d (%s): %d rank(s) from rank %d; shm %s, %d GPU(s), "
+           "%d RDMA device(s); inside: %s; to host 0: %s\n",
+           host, info.hostname, count, first, info.shm ? "yes" : "no",
+           info.cuda_devices, info.verbs_devices,
+           second >= 0 ? transport(comm, first, second) : "-",
+           host > 0 ? transport(comm, first, 0) : "-");
+  }
+}
+
 int main(void) {
   hoop_comm_t comm;
   hoop_result_t res = hoop_comm_init_env(&comm, NULL);
@@ -71,6 +119,7 @@ int main(void) {
       die(comm, "hoop_comm_get_model", res);
     printf("# hoop %s, %d ranks, %s\n", hoop_version_string(), n,
            m.single_host ? "all on one host" : "on several hosts");
+    print_topology(comm, n);
     printf("# model: alpha %.1f us per hop; ", m.alpha_s * 1e6);
     if (m.single_host)
       printf("host copies at %.0f MB/s per core, %d cores "

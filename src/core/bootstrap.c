@@ -1,10 +1,12 @@
 /* Rendezvous through rank 0; see bootstrap.h. */
 #include "core/bootstrap.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -88,24 +90,53 @@ hoop_result_t hoop__uid_parse(const hoop_unique_id_t *id,
   return HOOP_SUCCESS;
 }
 
-/* A stable hash of this host's boot and network namespace. */
+/*
+ * A stable hash of this host: its boot, hostname and network namespace.
+ * Containers on one kernel share the boot id but not (usually) their
+ * hostname or /dev/shm, and emulated hosts differ by namespace; ranks
+ * with equal hashes can share memory.
+ */
 static uint64_t host_hash(void) {
   uint64_t h = 1469598103934665603ULL;
-  char boot_id[64] = "";
+  char id[64 + 256] = "";
   FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
   if (f != NULL) {
-    if (fgets(boot_id, sizeof boot_id, f) == NULL)
-      boot_id[0] = '\0';
+    if (fgets(id, 64, f) == NULL)
+      id[0] = '\0';
     fclose(f);
   }
-  if (boot_id[0] == '\0')
-    gethostname(boot_id, sizeof boot_id);
-  for (const char *p = boot_id; *p != '\0'; p++)
+  size_t used = strlen(id);
+  gethostname(id + used, sizeof id - used - 1);
+  for (const char *p = id; *p != '\0'; p++)
     h = (h ^ (unsigned char)*p) * 1099511628211ULL;
   struct stat st;
   if (stat("/proc/self/ns/net", &st) == 0)
     h = (h ^ (uint64_t)st.st_ino) * 1099511628211ULL;
   return h;
+}
+
+/* Entries in a directory, or 0 when it does not exist. */
+static int16_t count_entries(const char *dir) {
+  DIR *d = opendir(dir);
+  if (d == NULL)
+    return 0;
+  int16_t n = 0;
+  for (struct dirent *e; (e = readdir(d)) != NULL && n < INT16_MAX;)
+    n += e->d_name[0] != '.';
+  closedir(d);
+  return n;
+}
+
+/*
+ * What this rank could use.  Devices are counted from the kernel's view
+ * (driver directories) so that hoop-info shows them even in a build
+ * without CUDA or verbs.
+ */
+static void learn_capabilities(struct hoop_peer_info *me) {
+  if (access("/dev/shm", W_OK) == 0)
+    me->caps |= HOOP_CAP_SHM;
+  me->cuda_devices = count_entries("/proc/driver/nvidia/gpus");
+  me->verbs_devices = count_entries("/sys/class/infiniband");
 }
 
 struct hello {
@@ -130,6 +161,7 @@ static void fill_self(struct hoop_comm *comm, const struct hoop_addr *listen) {
   me->rank = comm->rank;
   me->pid = (int32_t)getpid();
   gethostname(me->hostname, sizeof me->hostname - 1);
+  learn_capabilities(me);
 }
 
 /*

@@ -475,6 +475,12 @@ static void learn_host(struct hoop_comm *comm) {
   comm->spin_ns = local > comm->host_cores
                       ? 0
                       : (long long)hoop__param_spin_us() * 1000;
+  /*
+   * Yielding lets a peer on this core run and answer, where spinning
+   * would hold the core until the scheduler preempts; it costs a system
+   * call per round, so it comes after the spin and before sleeping.
+   */
+  comm->yield_ns = (long long)hoop__param_yield_us() * 1000;
 }
 
 hoop_result_t hoop__comm_create(struct hoop_comm **out, int nranks, int rank,

@@ -17,12 +17,18 @@
 #define HOOP_MAX_RANKS 65536
 #define HOOP_MAX_NSOCKS 16
 
+/* What a rank can do, published at bootstrap. */
+#define HOOP_CAP_SHM 1u /* can create POSIX shared memory segments */
+
 /* What every rank publishes about itself at bootstrap. */
 struct hoop_peer_info {
   struct hoop_addr addr; /* where it accepts data connections */
-  uint64_t host_hash;    /* boot id + network namespace: same host? */
+  uint64_t host_hash;    /* boot id + hostname + network namespace */
   int32_t rank;
   int32_t pid;
+  uint32_t caps;         /* HOOP_CAP_* */
+  int16_t cuda_devices;  /* present on the host, used or not */
+  int16_t verbs_devices;
   char hostname[64];
 };
 
@@ -51,7 +57,8 @@ struct hoop_comm {
   size_t slice_bytes;
   size_t sockbuf_bytes;
   size_t pipeline_bytes; /* outbox budget per channel */
-  long long spin_ns;     /* busy-poll this long before sleeping */
+  long long spin_ns;     /* busy-poll this long before yielding */
+  long long yield_ns;    /* then yield the core this long before sleeping */
   hoop_algo_t algo;      /* HOOP_ALGO or hoop_comm_set_algo; AUTO asks */
   double alpha_s;        /* cost model: seconds per message */
   double beta_s;         /* cost model: seconds per byte on a link */

@@ -2,6 +2,8 @@
 #include "core/engine.h"
 
 #include <poll.h>
+#include <sched.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -326,19 +328,26 @@ static void add_pollfd(struct pollfd *fds, int *n, int fd, short events) {
 /*
  * Sleeps until a wanted connection is ready or another rank reports a
  * failure on the listening socket.  *polled gets the number of
- * connections waited on (0 means the plan has nothing to wait for).
+ * connections waited on (0 means the plan has nothing to wait for); it
+ * returns at once when arming finds a connection that can already move.
  */
 static hoop_result_t wait_for_io(struct hoop_plan *p, long long deadline,
                                  int *polled) {
   struct pollfd fds[MAX_POLL + 1];
   int n = 0;
+  *polled = 0;
   for (int i = 0; i < p->nlinks && n < MAX_POLL; i++) {
     struct hoop_link *l = &p->links[i];
-    if (l->want_poll && !link_done(l))
-      add_pollfd(fds, &n, l->conn->ops->poll_fd(l->conn),
-                 l->send ? POLLOUT : POLLIN);
+    if (!l->want_poll || link_done(l))
+      continue;
+    struct pollfd want;
+    bool ready;
+    HOOP_CHECK(l->conn->ops->arm(l->conn, l->send, &want, &ready));
+    ++*polled;
+    if (ready)
+      return HOOP_SUCCESS;
+    add_pollfd(fds, &n, want.fd, want.events);
   }
-  *polled = n;
   if (n == 0)
     return HOOP_SUCCESS;
   fds[n] = (struct pollfd){.fd = p->comm->listen_fd, .events = POLLIN};
@@ -429,6 +438,8 @@ static hoop_result_t prepare(struct hoop_plan *p) {
      * A sent header says what this rank sends and expects back; a
      * received one is compared with the same from this rank's side.
      */
+    if (l->conn->ops->begin_stream != NULL)
+      l->conn->ops->begin_stream(l->conn, l->send);
     l->header = p->header;
     l->header.link_bytes = announced(p, l);
     l->header.back_bytes = announced(p, &p->links[l->twin]);
@@ -486,12 +497,19 @@ hoop_result_t hoop__engine_run(struct hoop_plan *p) {
      * A peer's next bytes usually come within microseconds; trying again
      * for a moment is cheaper than sleeping in poll() and being woken.
      */
-    if (now_ns - idle_since_ns < comm->spin_ns)
+    long long idle_ns = now_ns - idle_since_ns;
+    if (idle_ns < comm->spin_ns)
       continue;
+    if (idle_ns < comm->spin_ns + comm->yield_ns) {
+      sched_yield();
+      continue;
+    }
     if (now_ns / 1000000 >= deadline)
       return stalled_error(p);
     int polled;
-    HOOP_CHECK(wait_for_io(p, deadline, &polled));
+    hoop_result_t res = wait_for_io(p, deadline, &polled);
+    if (res != HOOP_SUCCESS)
+      return prefer_notice(comm, res);
     if (polled == 0)
       return HOOP_ERROR(comm, HOOP_ERR_INTERNAL,
                         "plan stalled with nothing to wait for");

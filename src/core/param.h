@@ -15,6 +15,9 @@
   X(sockbuf_bytes, "HOOP_SOCKBUF_BYTES", 4 * 1024 * 1024)                   \
   X(pipeline_bytes, "HOOP_PIPELINE_BYTES", 4 * 1024 * 1024)                 \
   X(spin_us, "HOOP_SPIN_US", 200)                                           \
+  X(yield_us, "HOOP_YIELD_US", 100)                                         \
+  X(shm_slot_bytes, "HOOP_SHM_SLOT_BYTES", 256 * 1024)                      \
+  X(shm_slots, "HOOP_SHM_SLOTS", 8)                                          \
   X(alpha_ns, "HOOP_ALPHA_NS", 20000)                                        \
   X(link_mbps, "HOOP_LINK_MBPS", 2000)                                       \
   X(host_mbps, "HOOP_HOST_MBPS", 5000)

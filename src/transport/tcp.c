@@ -130,8 +130,12 @@ static void tcp_release(struct hoop_conn *conn, size_t len) {
   hoop__bytering_consume(&((struct tcp_conn *)conn)->staging, len);
 }
 
-static int tcp_poll_fd(const struct hoop_conn *conn) {
-  return ((const struct tcp_conn *)conn)->fd;
+static hoop_result_t tcp_arm(struct hoop_conn *conn, int send,
+                             struct pollfd *pfd, bool *ready) {
+  *pfd = (struct pollfd){.fd = ((struct tcp_conn *)conn)->fd,
+                         .events = send ? POLLOUT : POLLIN};
+  *ready = false;
+  return HOOP_SUCCESS;
 }
 
 static void tcp_shutdown(struct hoop_conn *conn) {
@@ -200,7 +204,7 @@ const struct hoop_transport_ops hoop__tcp_transport = {
     .recv = tcp_recv,
     .peek = tcp_peek,
     .release = tcp_release,
-    .poll_fd = tcp_poll_fd,
+    .arm = tcp_arm,
     .shutdown = tcp_shutdown,
     .close = tcp_close,
 };

@@ -1,4 +1,7 @@
-/* Transport selection: the first that can connect a pair of ranks wins. */
+/*
+ * Transport selection: the first that can connect a pair of ranks wins, so
+ * the list goes from the fastest (same host only) to the most general.
+ */
 #include "transport/transport.h"
 
 #include <stdlib.h>
@@ -8,35 +11,50 @@
 #include "core/error.h"
 
 static const struct hoop_transport_ops *const transports[] = {
+    &hoop__shm_transport,
     &hoop__tcp_transport,
 };
 
+#define NTRANSPORTS (sizeof transports / sizeof *transports)
+
+static const char *forced_transport(void) {
+  const char *forced = getenv("HOOP_TRANSPORT");
+  return forced != NULL && *forced != '\0' ? forced : NULL;
+}
+
+const struct hoop_transport_ops *hoop__transport_pick(
+    const struct hoop_comm *comm, int a, int b) {
+  const char *forced = forced_transport();
+  for (size_t i = 0; i < NTRANSPORTS; i++) {
+    const struct hoop_transport_ops *t = transports[i];
+    if (forced != NULL && strcmp(forced, t->name) != 0)
+      continue;
+    if (t->can_connect(&comm->peers[a], &comm->peers[b]))
+      return t;
+  }
+  return NULL;
+}
+
 hoop_result_t hoop__transport_connect(struct hoop_comm *comm, int peer,
                                       int channel, struct hoop_conn **conn) {
-  const char *forced = getenv("HOOP_TRANSPORT");
-  const struct hoop_peer_info *self = &comm->peers[comm->rank];
-  const struct hoop_peer_info *other = &comm->peers[peer];
   char desc[128];
-  size_t n = sizeof transports / sizeof *transports;
-  for (size_t i = 0; i < n; i++) {
-    const struct hoop_transport_ops *t = transports[i];
-    if (forced != NULL && *forced != '\0' && strcmp(forced, t->name) != 0)
-      continue;
-    if (!t->can_connect(self, other))
-      continue;
+  hoop__peer_desc(comm, peer, desc, sizeof desc);
+  const struct hoop_transport_ops *t =
+      hoop__transport_pick(comm, comm->rank, peer);
+  if (t != NULL) {
     HOOP_CHECK(t->connect(comm, peer, channel, conn));
-    HOOP_INFO("rank %d -> %s channel %d via %s", comm->rank,
-              hoop__peer_desc(comm, peer, desc, sizeof desc), channel,
+    HOOP_INFO("rank %d -> %s channel %d via %s", comm->rank, desc, channel,
               t->name);
     return HOOP_SUCCESS;
   }
-  if (forced != NULL && *forced != '\0')
+  const char *forced = forced_transport();
+  if (forced != NULL)
     return HOOP_ERROR(comm, HOOP_ERR_INVALID_ARGUMENT,
                       "HOOP_TRANSPORT=%s: no such transport can connect "
-                      "rank %d and %s (this build has: tcp)",
-                      forced, comm->rank,
-                      hoop__peer_desc(comm, peer, desc, sizeof desc));
+                      "rank %d and %s (this build has: shm for ranks on one "
+                      "host, tcp)",
+                      forced, comm->rank, desc);
   return HOOP_ERROR(comm, HOOP_ERR_UNSUPPORTED,
                     "no transport can connect rank %d and %s", comm->rank,
-                    hoop__peer_desc(comm, peer, desc, sizeof desc));
+                    desc);
 }

@@ -5,8 +5,9 @@
  *
  * Every data-path function is non-blocking: it moves what it can now and
  * says how much.  The engine calls them in a loop and, when nothing moved,
- * waits on the connections' poll_fd() (bounded by the timeout).  Errors are
- * recorded with the peer's rank and address before being returned.
+ * arms each connection it waits on and sleeps in poll() on the descriptors
+ * that arm() names (bounded by the timeout).  Errors are recorded with the
+ * peer's rank and address before being returned.
  */
 #ifndef HOOP_TRANSPORT_H
 #define HOOP_TRANSPORT_H
@@ -14,6 +15,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <poll.h>
 #include <sys/uio.h>
 
 #include "hoop.h"
@@ -59,8 +61,23 @@ struct hoop_transport_ops {
                         const void **ptr, size_t *avail);
   void (*release)(struct hoop_conn *conn, size_t len);
 
-  /* An fd that polls readable/writable when recv/send can move, or -1. */
-  int (*poll_fd)(const struct hoop_conn *conn);
+  /*
+   * Prepares to sleep until the send (or receive) side can move: fills
+   * *pfd with what poll() must watch.  Sets *ready instead when it can
+   * move already, because a transport that signals through memory must
+   * re-check after asking to be woken, or a wake-up could be missed.
+   */
+  hoop_result_t (*arm)(struct hoop_conn *conn, int send, struct pollfd *pfd,
+                       bool *ready);
+
+  /*
+   * Optional (NULL: nothing to do).  Called on both ends when a
+   * collective's stream starts on one direction of the connection, after
+   * the previous one has been wholly sent or received: a transport that
+   * hands out bytes in place uses it to start the stream aligned, since an
+   * earlier stream may have ended at any byte.
+   */
+  void (*begin_stream)(struct hoop_conn *conn, int send);
 
   /* Wakes the peer with an error at once (used when the comm breaks). */
   void (*shutdown)(struct hoop_conn *conn);
@@ -80,7 +97,16 @@ struct hoop_conn {
   char peer_desc[128]; /* "rank 3 (10.0.0.2:41234, host node7)" */
 };
 
+extern const struct hoop_transport_ops hoop__shm_transport;
 extern const struct hoop_transport_ops hoop__tcp_transport;
+
+/*
+ * The transport that ranks `a` and `b` of comm use (or would use, for a
+ * pair this rank is not part of): the first that can join them, or the one
+ * HOOP_TRANSPORT names; NULL when none can.
+ */
+const struct hoop_transport_ops *hoop__transport_pick(
+    const struct hoop_comm *comm, int a, int b);
 
 /*
  * Picks the first transport that can join this rank and `peer` (or the

@@ -1,0 +1,496 @@
+/*
+ * Shared-memory transport for ranks on one host.
+ *
+ * A connection is one POSIX shared memory segment with two FIFOs, one per
+ * direction.  A FIFO is a ring of bytes with a head (bytes the writer has
+ * published) and a tail (bytes the reader has consumed), each on its own
+ * cache line: free space is the writer's credit, and the reader copies or
+ * reduces straight out of the ring, so a byte is copied once into shared
+ * memory and once out of it.  The writer publishes at least every slot
+ * (HOOP_SHM_SLOT_BYTES) so that the reader starts on a slice while the
+ * rest of it is still being copied in.
+ *
+ * The TCP socket made to set the connection up stays open.  It carries a
+ * wake-up byte to a rank asleep in poll(), sent only when that rank has
+ * said (in its waiting flag) that it sleeps, and its end-of-file tells each
+ * side that the other exited or broke, which memory alone cannot.
+ *
+ * The segment is unlinked as soon as both ranks have mapped it, so nothing
+ * stays in /dev/shm after a crash, except when the creator dies in the
+ * milliseconds between creating it and its peer mapping it.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/comm.h"
+#include "core/error.h"
+#include "core/param.h"
+#include "transport/transport.h"
+
+#define SHM_MAGIC 0x6d656d73706f6f68ULL /* "hoopsmem" */
+#define SHM_HEADER_BYTES 4096
+
+struct shm_fifo {
+  _Alignas(64) uint64_t head;
+  _Alignas(64) uint64_t tail;
+  _Alignas(64) uint32_t reader_waiting;
+  _Alignas(64) uint32_t writer_waiting;
+};
+
+/* The start of a segment; the rings follow at SHM_HEADER_BYTES. */
+struct shm_segment {
+  uint64_t magic;
+  uint64_t ring_bytes;
+  struct shm_fifo fifo[2]; /* [0] lower rank to higher, [1] back */
+};
+_Static_assert(sizeof(struct shm_segment) <= SHM_HEADER_BYTES,
+               "the segment header fits its page");
+
+/* What the creating (lower) rank tells its peer over the socket. */
+struct shm_offer {
+  char name[64];
+  uint64_t segment_bytes;
+  uint64_t ring_bytes;
+  uint64_t slot_bytes;
+};
+
+struct shm_conn {
+  struct hoop_conn base;
+  int fd; /* set-up, wake-ups, and the peer's end */
+  struct shm_segment *seg;
+  size_t seg_bytes;
+  size_t ring;          /* bytes per direction */
+  size_t slot;          /* publish at least this often */
+  struct shm_fifo *out; /* this rank writes */
+  struct shm_fifo *in;  /* this rank reads */
+  char *out_ring, *in_ring;
+  uint64_t out_head; /* == out->head; only this rank writes it */
+  uint64_t in_tail;  /* == in->tail; likewise */
+  bool out_align;    /* skip to a 64-byte boundary before the next write */
+  bool in_align;     /* and before the next read */
+};
+
+#define STREAM_ALIGN 64
+
+static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
+
+static size_t align_pad(uint64_t pos) {
+  return (size_t)(-pos & (STREAM_ALIGN - 1));
+}
+
+static bool shm_can_connect(const struct hoop_peer_info *self,
+                            const struct hoop_peer_info *peer) {
+  return self->host_hash == peer->host_hash &&
+         (self->caps & peer->caps & HOOP_CAP_SHM) != 0;
+}
+
+/*
+ * Wakes the peer if it said it sleeps.  The caller has just published a
+ * head or tail with a sequentially consistent store; the sleeper stores
+ * its flag the same way before re-checking, so one of the two always sees
+ * the other.
+ */
+static void wake_peer(struct shm_conn *c, uint32_t *waiting) {
+  if (__atomic_load_n(waiting, __ATOMIC_SEQ_CST) == 0 ||
+      __atomic_exchange_n(waiting, 0, __ATOMIC_SEQ_CST) == 0)
+    return;
+  char byte = 0;
+  /* A full socket already holds wake-ups; a closed one surfaces later. */
+  (void)send(c->fd, &byte, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+static void publish_head(struct shm_conn *c) {
+  __atomic_store_n(&c->out->head, c->out_head, __ATOMIC_SEQ_CST);
+  wake_peer(c, &c->out->reader_waiting);
+}
+
+static void publish_tail(struct shm_conn *c) {
+  __atomic_store_n(&c->in->tail, c->in_tail, __ATOMIC_SEQ_CST);
+  wake_peer(c, &c->in->writer_waiting);
+}
+
+static size_t out_room(const struct shm_conn *c) {
+  return c->ring -
+         (size_t)(c->out_head - __atomic_load_n(&c->out->tail,
+                                                __ATOMIC_ACQUIRE));
+}
+
+static size_t in_avail(const struct shm_conn *c) {
+  return (size_t)(__atomic_load_n(&c->in->head, __ATOMIC_ACQUIRE) -
+                  c->in_tail);
+}
+
+/* The most that fits before the ring wraps or the next slot boundary. */
+static size_t piece(const struct shm_conn *c, uint64_t pos, size_t len) {
+  size_t at = (size_t)(pos % c->ring);
+  return min_size(len, min_size(c->ring - at, c->slot - at % c->slot));
+}
+
+/*
+ * Skips the padding that starts a stream aligned, once it fits; false
+ * while it does not.  Both ends skip from the same stream position.
+ */
+static bool skip_out_pad(struct shm_conn *c, size_t *room) {
+  size_t pad = align_pad(c->out_head);
+  if (*room < pad)
+    return false;
+  c->out_head += pad;
+  *room -= pad;
+  c->out_align = false;
+  return true;
+}
+
+static bool skip_in_pad(struct shm_conn *c) {
+  size_t pad = align_pad(c->in_tail);
+  if (in_avail(c) < pad)
+    return false;
+  c->in_tail += pad;
+  c->in_align = false;
+  return true;
+}
+
+static void shm_begin_stream(struct hoop_conn *conn, int send) {
+  struct shm_conn *c = (struct shm_conn *)conn;
+  if (send)
+    c->out_align = true;
+  else
+    c->in_align = true;
+}
+
+static hoop_result_t shm_send(struct hoop_conn *conn, const struct iovec *iov,
+                              int iovcnt, size_t *sent) {
+  struct shm_conn *c = (struct shm_conn *)conn;
+  size_t room = out_room(c), done = 0;
+  *sent = 0;
+  if (c->out_align && !skip_out_pad(c, &room))
+    return HOOP_SUCCESS;
+  for (int i = 0; i < iovcnt && room > 0; i++) {
+    const char *src = iov[i].iov_base;
+    size_t len = iov[i].iov_len;
+    while (len > 0 && room > 0) {
+      size_t n = piece(c, c->out_head, min_size(len, room));
+      memcpy(c->out_ring + c->out_head % c->ring, src, n);
+      c->out_head += n;
+      publish_head(c);
+      src += n;
+      len -= n;
+      room -= n;
+      done += n;
+    }
+  }
+  conn->bytes_sent += done;
+  *sent = done;
+  return HOOP_SUCCESS;
+}
+
+static hoop_result_t shm_recv(struct hoop_conn *conn, void *buf, size_t len,
+                              size_t *got) {
+  struct shm_conn *c = (struct shm_conn *)conn;
+  *got = 0;
+  if (c->in_align && !skip_in_pad(c))
+    return HOOP_SUCCESS;
+  size_t avail = min_size(in_avail(c), len), done = 0;
+  while (done < avail) {
+    size_t n = piece(c, c->in_tail, avail - done);
+    memcpy((char *)buf + done, c->in_ring + c->in_tail % c->ring, n);
+    c->in_tail += n;
+    publish_tail(c);
+    done += n;
+  }
+  conn->bytes_received += done;
+  *got = done;
+  return HOOP_SUCCESS;
+}
+
+static hoop_result_t shm_peek(struct hoop_conn *conn, size_t want,
+                              const void **ptr, size_t *avail) {
+  struct shm_conn *c = (struct shm_conn *)conn;
+  *avail = 0;
+  if (c->in_align && !skip_in_pad(c))
+    return HOOP_SUCCESS;
+  size_t at = (size_t)(c->in_tail % c->ring);
+  *ptr = c->in_ring + at;
+  *avail = min_size(min_size(in_avail(c), want), c->ring - at);
+  return HOOP_SUCCESS;
+}
+
+static void shm_release(struct hoop_conn *conn, size_t len) {
+  struct shm_conn *c = (struct shm_conn *)conn;
+  c->in_tail += len;
+  conn->bytes_received += len;
+  publish_tail(c);
+}
+
+/* Whether the next send or receive would move at least a byte. */
+static bool can_move(const struct shm_conn *c, int send) {
+  if (send)
+    return out_room(c) > (c->out_align ? align_pad(c->out_head) : 0);
+  return in_avail(c) > (c->in_align ? align_pad(c->in_tail) : 0);
+}
+
+static hoop_result_t peer_gone(struct shm_conn *c, int err) {
+  return HOOP_ERROR(c->base.comm, err == 0 ? HOOP_ERR_REMOTE : HOOP_ERR_SYSTEM,
+                    "shared memory connection with %s: %s", c->base.peer_desc,
+                    err == 0 ? "the peer closed it (it exited, failed or "
+                               "aborted)"
+                             : strerror(err));
+}
+
+/* Reads stale wake-ups off the socket; *closed when the peer is gone. */
+static hoop_result_t drain_wakeups(struct shm_conn *c, bool *closed) {
+  char buf[64];
+  *closed = false;
+  for (;;) {
+    ssize_t n = recv(c->fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (n > 0)
+      continue;
+    if (n == 0) {
+      *closed = true;
+      return HOOP_SUCCESS;
+    }
+    if (errno == EAGAIN || errno == EWOULDBLOCK)
+      return HOOP_SUCCESS;
+    if (errno == ECONNRESET) {
+      *closed = true;
+      return HOOP_SUCCESS;
+    }
+    if (errno != EINTR)
+      return peer_gone(c, errno);
+  }
+}
+
+static hoop_result_t shm_arm(struct hoop_conn *conn, int send,
+                             struct pollfd *pfd, bool *ready) {
+  struct shm_conn *c = (struct shm_conn *)conn;
+  bool closed;
+  /* Drain first: a wake-up sent after the flag below must stay queued. */
+  HOOP_CHECK(drain_wakeups(c, &closed));
+  uint32_t *flag = send ? &c->out->writer_waiting : &c->in->reader_waiting;
+  __atomic_store_n(flag, 1, __ATOMIC_SEQ_CST);
+  *ready = can_move(c, send);
+  if (!*ready && closed)
+    return peer_gone(c, 0);
+  *pfd = (struct pollfd){.fd = c->fd, .events = POLLIN};
+  return HOOP_SUCCESS;
+}
+
+static void shm_shutdown(struct hoop_conn *conn) {
+  struct shm_conn *c = (struct shm_conn *)conn;
+  if (c->fd >= 0)
+    shutdown(c->fd, SHUT_RDWR);
+}
+
+static void shm_close(struct hoop_conn *conn) {
+  struct shm_conn *c = (struct shm_conn *)conn;
+  if (c == NULL)
+    return;
+  if (c->seg != NULL)
+    munmap(c->seg, c->seg_bytes);
+  hoop__sock_close(&c->fd);
+  free(c);
+}
+
+static hoop_result_t map_segment(struct shm_conn *c, int fd, size_t bytes,
+                                 const char *name) {
+  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED)
+    return HOOP_ERROR(c->base.comm, HOOP_ERR_SYSTEM,
+                      "mmap of shared memory segment %s (%zu bytes) for %s: "
+                      "%s",
+                      name, bytes, c->base.peer_desc, strerror(errno));
+  c->seg = p;
+  c->seg_bytes = bytes;
+  return HOOP_SUCCESS;
+}
+
+/* The lower rank makes the segment and offers it to its peer. */
+static hoop_result_t create_segment(struct shm_conn *c, struct shm_offer *o) {
+  struct hoop_comm *comm = c->base.comm;
+  uint32_t nonce;
+  if (getentropy(&nonce, sizeof nonce) != 0)
+    nonce = (uint32_t)hoop__now_ns();
+  /* The pid first: a leaked segment names the process that made it. */
+  snprintf(o->name, sizeof o->name, "/hoop-%d-%016llx-%d-%d-%d-%08x",
+           (int)getpid(), (unsigned long long)comm->comm_id, comm->rank,
+           c->base.peer, c->base.channel, nonce);
+  int fd = shm_open(o->name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0)
+    return HOOP_ERROR(comm, HOOP_ERR_SYSTEM,
+                      "shm_open(%s) for %s: %s (HOOP_TRANSPORT=tcp avoids "
+                      "shared memory)",
+                      o->name, c->base.peer_desc, strerror(errno));
+  /*
+   * Reserving the pages now turns a full /dev/shm into this error instead
+   * of a SIGBUS at the first write into an unbacked page.
+   */
+  int err = posix_fallocate(fd, 0, (off_t)o->segment_bytes);
+  hoop_result_t res = HOOP_SUCCESS;
+  if (err != 0)
+    res = HOOP_ERROR(comm, HOOP_ERR_SYSTEM,
+                     "cannot reserve %llu bytes in /dev/shm for %s: %s "
+                     "(see df /dev/shm; HOOP_SHM_SLOTS and "
+                     "HOOP_SHM_SLOT_BYTES make segments smaller, "
+                     "HOOP_TRANSPORT=tcp avoids them)",
+                     (unsigned long long)o->segment_bytes, c->base.peer_desc,
+                     strerror(err));
+  else
+    res = map_segment(c, fd, o->segment_bytes, o->name);
+  close(fd);
+  if (res != HOOP_SUCCESS) {
+    shm_unlink(o->name);
+    return res;
+  }
+  c->seg->magic = SHM_MAGIC;
+  c->seg->ring_bytes = o->ring_bytes;
+  return HOOP_SUCCESS;
+}
+
+/* The higher rank maps what its peer offered, then unlinks it. */
+static hoop_result_t open_segment(struct shm_conn *c,
+                                  const struct shm_offer *o) {
+  struct hoop_comm *comm = c->base.comm;
+  char name[sizeof o->name + 1];
+  memcpy(name, o->name, sizeof o->name);
+  name[sizeof o->name] = '\0';
+  if (strncmp(name, "/hoop-", 6) != 0 || strchr(name + 1, '/') != NULL ||
+      o->ring_bytes == 0 || o->ring_bytes % 64 != 0 ||
+      o->slot_bytes == 0 || o->ring_bytes % o->slot_bytes != 0 ||
+      o->segment_bytes != SHM_HEADER_BYTES + 2 * o->ring_bytes)
+    return HOOP_ERROR(comm, HOOP_ERR_MISMATCH,
+                      "%s offered a malformed shared memory segment "
+                      "(different hoop versions?)",
+                      c->base.peer_desc);
+  int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
+  if (fd < 0)
+    return HOOP_ERROR(comm, HOOP_ERR_SYSTEM,
+                      "shm_open(%s) offered by %s: %s (is /dev/shm shared "
+                      "between the two? HOOP_TRANSPORT=tcp avoids it)",
+                      name, c->base.peer_desc, strerror(errno));
+  shm_unlink(name);
+  struct stat st;
+  hoop_result_t res;
+  if (fstat(fd, &st) != 0 || (uint64_t)st.st_size != o->segment_bytes)
+    res = HOOP_ERROR(comm, HOOP_ERR_MISMATCH,
+                     "shared memory segment %s from %s is not the size "
+                     "offered",
+                     name, c->base.peer_desc);
+  else
+    res = map_segment(c, fd, o->segment_bytes, name);
+  close(fd);
+  if (res == HOOP_SUCCESS && (c->seg->magic != SHM_MAGIC ||
+                              c->seg->ring_bytes != o->ring_bytes))
+    res = HOOP_ERROR(comm, HOOP_ERR_MISMATCH,
+                     "shared memory segment %s from %s has a bad header",
+                     name, c->base.peer_desc);
+  return res;
+}
+
+/* Slot and ring sizes from the environment, made sane. */
+static void geometry(struct shm_offer *o) {
+  int64_t slot = hoop__param_shm_slot_bytes();
+  int64_t slots = hoop__param_shm_slots();
+  if (slot < 4096)
+    slot = 4096;
+  if (slot > (64 << 20))
+    slot = 64 << 20;
+  if (slots < 2)
+    slots = 2;
+  if (slots > 64)
+    slots = 64;
+  o->slot_bytes = (uint64_t)slot & ~(uint64_t)63;
+  o->ring_bytes = o->slot_bytes * (uint64_t)slots;
+  o->segment_bytes = SHM_HEADER_BYTES + 2 * o->ring_bytes;
+}
+
+/* Lower rank: create, offer, and wait until the peer has mapped it. */
+static hoop_result_t connect_lower(struct shm_conn *c, long long deadline) {
+  struct shm_offer o = {0};
+  geometry(&o);
+  HOOP_CHECK(create_segment(c, &o));
+  int32_t status = HOOP_ERR_INTERNAL;
+  hoop_result_t res = hoop__sock_send_all(c->base.comm, c->fd, &o, sizeof o,
+                                          deadline, c->base.peer_desc);
+  if (res == HOOP_SUCCESS)
+    res = hoop__sock_recv_all(c->base.comm, c->fd, &status, sizeof status,
+                              deadline, c->base.peer_desc);
+  /* Normally the peer has unlinked it already; after a failure it has not. */
+  shm_unlink(o.name);
+  if (res == HOOP_SUCCESS && status != HOOP_SUCCESS)
+    res = HOOP_ERROR(c->base.comm, HOOP_ERR_REMOTE,
+                     "%s could not map shared memory segment %s (its own "
+                     "error says why)",
+                     c->base.peer_desc, o.name);
+  HOOP_CHECK(res);
+  c->ring = (size_t)o.ring_bytes;
+  c->slot = (size_t)o.slot_bytes;
+  return HOOP_SUCCESS;
+}
+
+static hoop_result_t connect_higher(struct shm_conn *c, long long deadline) {
+  struct shm_offer o;
+  HOOP_CHECK(hoop__sock_recv_all(c->base.comm, c->fd, &o, sizeof o, deadline,
+                                 c->base.peer_desc));
+  hoop_result_t res = open_segment(c, &o);
+  int32_t status = res;
+  hoop_result_t sent = hoop__sock_send_all(c->base.comm, c->fd, &status,
+                                           sizeof status, deadline,
+                                           c->base.peer_desc);
+  HOOP_CHECK(res);
+  HOOP_CHECK(sent);
+  c->ring = (size_t)o.ring_bytes;
+  c->slot = (size_t)o.slot_bytes;
+  return HOOP_SUCCESS;
+}
+
+static hoop_result_t shm_connect(struct hoop_comm *comm, int peer,
+                                 int channel, struct hoop_conn **out) {
+  hoop_result_t res;
+  struct shm_conn *c = calloc(1, sizeof *c);
+  if (c == NULL)
+    return HOOP_ERROR(comm, HOOP_ERR_NO_MEMORY, "shm connection");
+  c->fd = -1;
+  c->base.ops = &hoop__shm_transport;
+  c->base.comm = comm;
+  c->base.peer = peer;
+  c->base.channel = channel;
+  hoop__peer_desc(comm, peer, c->base.peer_desc, sizeof c->base.peer_desc);
+  long long deadline = hoop__now_ms() + comm->timeout_ms;
+  HOOP_CHECK_GOTO(hoop__comm_open_socket(comm, peer, channel, &c->fd), res,
+                  out_close);
+  bool lower = comm->rank < peer;
+  HOOP_CHECK_GOTO(lower ? connect_lower(c, deadline)
+                        : connect_higher(c, deadline),
+                  res, out_close);
+  HOOP_CHECK_GOTO(hoop__sock_set_nonblocking(c->fd), res, out_close);
+  char *rings = (char *)c->seg + SHM_HEADER_BYTES;
+  c->out = &c->seg->fifo[lower ? 0 : 1];
+  c->in = &c->seg->fifo[lower ? 1 : 0];
+  c->out_ring = rings + (lower ? 0 : c->ring);
+  c->in_ring = rings + (lower ? c->ring : 0);
+  *out = &c->base;
+  return HOOP_SUCCESS;
+out_close:
+  shm_close(&c->base);
+  return res;
+}
+
+const struct hoop_transport_ops hoop__shm_transport = {
+    .name = "shm",
+    .can_connect = shm_can_connect,
+    .connect = shm_connect,
+    .send = shm_send,
+    .recv = shm_recv,
+    .peek = shm_peek,
+    .release = shm_release,
+    .arm = shm_arm,
+    .begin_stream = shm_begin_stream,
+    .shutdown = shm_shutdown,
+    .close = shm_close,
+};

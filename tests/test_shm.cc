@@ -1,0 +1,295 @@
+// Tests for the shared-memory transport and the topology that picks it.
+// The collective suites (test_collectives, test_algorithms, ...) run over
+// shm by default, since their ranks share this host; ctest runs them again
+// with HOOP_TRANSPORT=tcp.  These cases cover what is particular to shm:
+// the choice itself, segments in /dev/shm, stream alignment across ring
+// wrap-arounds, failures and leaks.
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "harness.h"
+
+using hooptest::RankLog;
+using hooptest::RunOptions;
+using hooptest::RunResult;
+using hooptest::run_ranks;
+using hooptest::run_shell;
+
+namespace {
+
+// Segments in /dev/shm whose creating process no longer exists: leaks.
+// Segments of live processes (other tests running now) are not counted.
+std::vector<std::string> leaked_segments() {
+  std::vector<std::string> leaked;
+  DIR *dir = opendir("/dev/shm");
+  if (dir == nullptr)
+    return leaked;
+  for (struct dirent *e; (e = readdir(dir)) != nullptr;) {
+    int pid;
+    if (sscanf(e->d_name, "hoop-%d-", &pid) == 1 &&
+        kill(pid, 0) != 0 && errno == ESRCH)
+      leaked.push_back(e->d_name);
+  }
+  closedir(dir);
+  return leaked;
+}
+
+// Segments this process created that are still linked.
+int own_segments() {
+  int n = 0;
+  std::string prefix = "hoop-" + std::to_string(getpid()) + "-";
+  DIR *dir = opendir("/dev/shm");
+  if (dir == nullptr)
+    return 0;
+  for (struct dirent *e; (e = readdir(dir)) != nullptr;)
+    n += strncmp(e->d_name, prefix.c_str(), prefix.size()) == 0;
+  closedir(dir);
+  return n;
+}
+
+int count_dir(const char *path) {
+  int n = 0;
+  DIR *dir = opendir(path);
+  if (dir == nullptr)
+    return -1;
+  for (struct dirent *e; (e = readdir(dir)) != nullptr;)
+    n += e->d_name[0] != '.';
+  closedir(dir);
+  return n;
+}
+
+// Shared memory segments this process has mapped (unlinked ones too).
+int count_shm_mappings() {
+  std::ifstream maps("/proc/self/maps");
+  int n = 0;
+  for (std::string line; std::getline(maps, line);)
+    n += line.find("/dev/shm/hoop-") != std::string::npos;
+  return n;
+}
+
+// Sets an environment variable for the ranks this test forks.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char *name, const char *value) : name_(name) {
+    const char *old = getenv(name);
+    had_ = old != nullptr;
+    if (had_)
+      old_ = old;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had_)
+      setenv(name_, old_.c_str(), 1);
+    else
+      unsetenv(name_);
+  }
+
+ private:
+  const char *name_;
+  bool had_;
+  std::string old_;
+};
+
+// A communicator over the same ranks as `comm`, made through it.
+hoop_comm_t split_new(RankLog &log, hoop_comm_t comm, int rank, int nranks) {
+  hoop_unique_id_t id;
+  if (rank == 0)
+    RANK_EXPECT_OK(log, comm, hoop_get_unique_id(&id));
+  RANK_EXPECT_OK(log, comm,
+                 hoop_broadcast(comm, &id, &id, sizeof id, HOOP_U8, 0,
+                                nullptr));
+  hoop_comm_t fresh = nullptr;
+  hoop_result_t res = hoop_comm_init_rank(&fresh, nranks, &id, rank, nullptr);
+  if (res != HOOP_SUCCESS)
+    log.fail("init of a new communicator: %s", hoop_last_error());
+  return fresh;
+}
+
+}  // namespace
+
+TEST(Topology, RanksOnOneHostShareMemory) {
+  RunResult r = run_ranks(3, [](RankLog &log, hoop_comm_t comm, int rank,
+                                int nranks) {
+    for (int q = 0; q < nranks; q++) {
+      hoop_rank_info_t info;
+      RANK_EXPECT_OK(log, comm, hoop_comm_rank_info(comm, q, &info));
+      RANK_EXPECT(log, info.host == 0 && info.shm == 1, "rank %d: host %d shm %d",
+                  q, info.host, info.shm);
+      if (q == rank)
+        RANK_EXPECT(log, info.pid == getpid(), "pid %d", info.pid);
+      const char *name = nullptr;
+      RANK_EXPECT_OK(log, comm, hoop_comm_transport(comm, rank, q, &name));
+      const char *want = q == rank ? "self" : "shm";
+      RANK_EXPECT(log, name != nullptr && strcmp(name, want) == 0,
+                  "rank %d to %d: %s, want %s", rank, q, name, want);
+    }
+    hoop_rank_info_t info;
+    RANK_EXPECT(log, hoop_comm_rank_info(comm, nranks, &info) ==
+                         HOOP_ERR_INVALID_ARGUMENT,
+                "rank out of range accepted");
+    const char *name;
+    RANK_EXPECT(log, hoop_comm_transport(comm, 0, -1, &name) ==
+                         HOOP_ERR_INVALID_ARGUMENT,
+                "rank out of range accepted");
+  });
+  EXPECT_TRUE(r.all_ok());
+}
+
+TEST(Topology, HoopTransportForcesTcp) {
+  ScopedEnv env("HOOP_TRANSPORT", "tcp");
+  RunResult r = run_ranks(2, [](RankLog &log, hoop_comm_t comm, int rank,
+                                int) {
+    const char *name = nullptr;
+    RANK_EXPECT_OK(log, comm, hoop_comm_transport(comm, rank, 1 - rank, &name));
+    RANK_EXPECT(log, name != nullptr && strcmp(name, "tcp") == 0, "got %s",
+                name);
+    std::vector<double> v(1000, rank + 1.0);
+    RANK_EXPECT_OK(log, comm,
+                   hoop_allreduce(comm, v.data(), v.data(), v.size(),
+                                  HOOP_F64, HOOP_SUM, nullptr));
+    RANK_EXPECT(log, v[0] == 3.0 && v[999] == 3.0, "sum %g", v[0]);
+  });
+  EXPECT_TRUE(r.all_ok());
+}
+
+TEST(Topology, UnknownTransportIsRefusedByName) {
+  hooptest::ShellOutput out = run_shell(
+      std::string("HOOP_TRANSPORT=pigeon ") + HOOP_RUN_PATH + " -n 2 " +
+      HOOP_EXAMPLE_PATH + " 2>&1");
+  EXPECT_NE(out.status, 0) << out.text;
+  EXPECT_NE(out.text.find("HOOP_TRANSPORT=pigeon"), std::string::npos)
+      << out.text;
+}
+
+TEST(Shm, SegmentsAreUnlinkedOnceMapped) {
+  RunResult r = run_ranks(4, [](RankLog &log, hoop_comm_t comm, int, int) {
+    // Joining connected every pair; each segment is mapped by now.
+    RANK_EXPECT(log, own_segments() == 0, "%d segment(s) still linked",
+                own_segments());
+    RANK_EXPECT_OK(log, comm, hoop_barrier(comm));
+  });
+  EXPECT_TRUE(r.all_ok());
+  EXPECT_TRUE(leaked_segments().empty()) << leaked_segments()[0];
+}
+
+// Tiny rings wrap around many times per call, and odd-sized messages leave
+// each stream at an odd offset: the next collective must still start
+// element-aligned, or a reduction would read across the wrap.
+TEST(Shm, StreamsStayAlignedAcrossOddMessagesAndWraps) {
+  ScopedEnv slot("HOOP_SHM_SLOT_BYTES", "4096");
+  ScopedEnv slots("HOOP_SHM_SLOTS", "2");
+  RunResult r = run_ranks(3, [](RankLog &log, hoop_comm_t comm, int rank,
+                                int nranks) {
+    int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
+    for (size_t odd = 1; odd < 40; odd += 6) {
+      std::vector<char> out(odd, (char)rank), in(odd, -1);
+      RANK_EXPECT_OK(log, comm, hoop_group_start());
+      RANK_EXPECT_OK(log, comm,
+                     hoop_send(comm, out.data(), odd, HOOP_I8, next, nullptr));
+      RANK_EXPECT_OK(log, comm,
+                     hoop_recv(comm, in.data(), odd, HOOP_I8, prev, nullptr));
+      RANK_EXPECT_OK(log, comm, hoop_group_end());
+      RANK_EXPECT(log, in[odd - 1] == (char)prev, "p2p got %d", in[odd - 1]);
+      size_t count = 3000 + odd * 101;
+      std::vector<double> v(count);
+      for (size_t i = 0; i < count; i++)
+        v[i] = (double)(i % 97) * (rank + 1);
+      RANK_EXPECT_OK(log, comm,
+                     hoop_allreduce(comm, v.data(), v.data(), count, HOOP_F64,
+                                    HOOP_SUM, nullptr));
+      double factor = nranks * (nranks + 1) / 2.0;
+      size_t wrong = 0;
+      for (size_t i = 0; i < count; i++)
+        wrong += v[i] != (double)(i % 97) * factor;
+      RANK_EXPECT(log, wrong == 0, "%zu of %zu wrong after a %zu-byte message",
+                  wrong, count, odd);
+    }
+  });
+  EXPECT_TRUE(r.all_ok());
+}
+
+TEST(Shm, KilledRankFailsTheOthersAndLeavesDevShmClean) {
+  hoop_config_t cfg = HOOP_CONFIG_INIT;
+  cfg.timeout_ms = 30000;
+  RunOptions opt;
+  opt.config = &cfg;
+  auto start = std::chrono::steady_clock::now();
+  RunResult r = run_ranks(
+      4,
+      [](RankLog &log, hoop_comm_t comm, int rank, int) {
+        std::vector<float> v(8u << 20, 1.0f);
+        RANK_EXPECT_OK(log, comm,
+                       hoop_allreduce(comm, v.data(), v.data(), 1, HOOP_F32,
+                                      HOOP_SUM, nullptr));
+        if (rank == 1) {
+          std::thread([] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+            kill(getpid(), SIGKILL);
+          }).detach();
+        }
+        for (int i = 0; i < 200; i++) {
+          hoop_result_t res = hoop_allreduce(comm, v.data(), v.data(),
+                                             v.size(), HOOP_F32, HOOP_SUM,
+                                             nullptr);
+          if (res != HOOP_SUCCESS) {
+            RANK_EXPECT(log, strstr(hoop_comm_last_error(comm), "rank 1 (") !=
+                                 nullptr,
+                        "message: %s", hoop_comm_last_error(comm));
+            return;
+          }
+        }
+        log.fail("never noticed that rank 1 died");
+      },
+      opt);
+  double secs = std::chrono::duration<double>(
+                    std::chrono::steady_clock::now() - start)
+                    .count();
+  EXPECT_EQ(r.exit_codes[1], 128 + SIGKILL);
+  r.exit_codes[1] = 0;
+  EXPECT_TRUE(r.all_ok());
+  EXPECT_LT(secs, 20.0) << "a dead peer is seen at once, not at the timeout";
+  std::vector<std::string> leaked = leaked_segments();
+  EXPECT_TRUE(leaked.empty()) << "/dev/shm/" << leaked[0];
+}
+
+TEST(Shm, ManyCommunicatorsLeakNoSegmentsFdsOrMappings) {
+  RunResult r = run_ranks(3, [](RankLog &log, hoop_comm_t comm, int rank,
+                                int nranks) {
+    int fds = -1, maps = -1;
+    for (int round = 0; round < 40 && log.ok(); round++) {
+      // The first round sets up what stays (the library's own state).
+      if (round == 1) {
+        fds = count_dir("/proc/self/fd");
+        maps = count_shm_mappings();
+      }
+      hoop_comm_t fresh = split_new(log, comm, rank, nranks);
+      if (fresh == nullptr)
+        return;
+      std::vector<int32_t> v(100000, rank);
+      RANK_EXPECT_OK(log, fresh,
+                     hoop_allreduce(fresh, v.data(), v.data(), v.size(),
+                                    HOOP_I32, HOOP_SUM, nullptr));
+      RANK_EXPECT(log, v[99999] == nranks * (nranks - 1) / 2, "sum %d",
+                  v[99999]);
+      RANK_EXPECT_OK(log, fresh, hoop_comm_destroy(fresh));
+    }
+    RANK_EXPECT(log, count_dir("/proc/self/fd") == fds, "fds %d -> %d", fds,
+                count_dir("/proc/self/fd"));
+    RANK_EXPECT(log, count_shm_mappings() == maps, "mappings %d -> %d", maps,
+                count_shm_mappings());
+    RANK_EXPECT(log, own_segments() == 0, "%d segment(s) linked",
+                own_segments());
+  });
+  EXPECT_TRUE(r.all_ok());
+  EXPECT_TRUE(leaked_segments().empty());
+}
