@@ -211,4 +211,39 @@ TEST_F(Netsim, HoopBenchAcrossEmulatedHostsIsCorrect) {
   EXPECT_EQ(rows, 7) << out.text;  // 1K, 2K, ..., 64K
 }
 
+// Two ranks on each of two emulated hosts: shared memory inside a host,
+// TCP between them, in one communicator, and every algorithm still right.
+TEST_F(Netsim, MixedHostsUseShmInsideAndTcpBetween) {
+  std::string run = std::string(HOOP_RUN_PATH) +
+                    " --netns hoopsim --ranks-per-host 2 -n 4 ";
+  std::string cmd = run + HOOP_INFO_PATH;
+  for (const char *algo : {"ring", "tree", "ps"})
+    cmd += std::string(" && ") + run + HOOP_BENCH_PATH +
+           " -b 1K -e 1M -f 32 -n 2 -w 1 -c 1 -a " + algo;
+  Output out = run_shell(kNetsim + " run 2 1gbit -- sh -c '" + cmd + "'");
+  ASSERT_EQ(out.status, 0) << out.text;
+  EXPECT_TRUE(HoopsimNamespaces().empty());
+  EXPECT_NE(out.text.find("2 rank(s) from rank 0; shm yes"), std::string::npos)
+      << out.text;
+  EXPECT_NE(out.text.find("inside: shm; to host 0: -"), std::string::npos)
+      << out.text;
+  EXPECT_NE(out.text.find("2 rank(s) from rank 2; shm yes"), std::string::npos)
+      << out.text;
+  EXPECT_NE(out.text.find("inside: shm; to host 0: tcp"), std::string::npos)
+      << out.text;
+  int rows = 0;
+  std::istringstream in(out.text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("[0] ", 0) != 0) continue;
+    std::istringstream fields(line.substr(4));
+    std::vector<std::string> f;
+    for (std::string w; fields >> w;) f.push_back(w);
+    if (f.size() != 13 || !isdigit((unsigned char)f[0][0])) continue;
+    EXPECT_EQ(f[8], "0") << "out-of-place #wrong: " << line;
+    EXPECT_EQ(f[12], "0") << "in-place #wrong: " << line;
+    rows++;
+  }
+  EXPECT_EQ(rows, 3 * 3) << out.text;  // 1K, 32K and 1M for each algorithm
+}
+
 }  // namespace
