@@ -69,6 +69,22 @@ def parse_ranks(text):
     return ranks
 
 
+def transport_note(a):
+    """How each peer moved its bytes, for the reports."""
+    if a.transport == "tcp":
+        return ("hoop: HOOP_TRANSPORT=tcp over loopback; mpi = Open MPI, "
+                "ob1 + tcp BTL on lo; gloo: TCP.")
+    return ("hoop: its shared-memory transport; mpi = Open MPI as mpirun "
+            "comes (its default shared-memory path); gloo: TCP (it has no "
+            "other).")
+
+
+def add_transport_arg(p):
+    p.add_argument("--transport", choices=("tcp", "shm"), default="tcp",
+                   help="tcp: hoop and Open MPI over loopback TCP; shm: "
+                   "hoop's and Open MPI's default shared-memory paths")
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(
         description=__doc__.splitlines()[0],
@@ -93,6 +109,7 @@ def parse_args(argv):
                    "out-of-place (gloo's out-of-place includes a copy)")
     p.add_argument("--timeout", type=int, default=900,
                    help="seconds before a run counts as hung")
+    add_transport_arg(p)
     p.add_argument("--out", type=Path, help="markdown results file")
     a = p.parse_args(argv)
     if a.begin > a.end or a.iters < 1 or a.warmup < 0 or a.repeats < 1:
@@ -138,19 +155,25 @@ def missing_tools(bins):
 
 
 def commands(a, bins, ranks):
-    """argv per peer. Open MPI is pinned to ob1 + the tcp BTL on lo: with
-    only --mca btl, the ucx PML (installed here) would bypass the BTLs."""
+    """argv per peer, each on the transport that a.transport names. tcp:
+    hoop with HOOP_TRANSPORT=tcp and Open MPI pinned to ob1 + the tcp BTL
+    on lo (with only --mca btl, the ucx PML installed here would bypass
+    the BTLs). shm: both as they come, hoop picking shared memory and Open
+    MPI its default path. gloo only has TCP."""
     sweep = ["-b", str(a.begin), "-e", str(a.end), "-f", str(FACTOR),
              "-n", str(a.iters), "-w", str(a.warmup), "-c", "1"]
     n = str(ranks)
+    tcp = a.transport == "tcp"
+    mpi_tcp = ["--mca", "pml", "ob1", "--mca", "btl", "tcp,self",
+               "--mca", "btl_tcp_if_include", "lo"] if tcp else []
     return {
         # Only rank 0 prints rows; unprefixed they parse like the peers'.
-        "hoop": [str(bins["hoop-run"]), "--no-prefix", "-n", n,
+        "hoop": (["env", "HOOP_TRANSPORT=tcp"] if tcp else []) +
+                [str(bins["hoop-run"]), "--no-prefix", "-n", n,
                  str(bins["hoop-bench"])] + sweep,
         "mpi": [str(bins["mpirun"]), "--oversubscribe", "--allow-run-as-root",
-                "--bind-to", "none", "-np", n, "--mca", "pml", "ob1",
-                "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include",
-                "lo", str(bins["peer-mpi-bench"])] + sweep,
+                "--bind-to", "none", "-np", n] + mpi_tcp +
+               [str(bins["peer-mpi-bench"])] + sweep,
         "gloo": [str(bins["python3"]), str(bins["gloo_bench.py"]),
                  "--nprocs", n] + sweep,
     }
@@ -281,7 +304,7 @@ def summary(a, runs, ceilings, cores):
         f"All-reduce float32 sum, {placement}; time = median over "
         f"{a.repeats} repeats of each run's median (us); busbw GB/s "
         "(GB = 1e9 B); ratio = hoop busbw / peer busbw, median and min-max "
-        "over repeats. mpi = Open MPI, ob1 + tcp BTL on lo.",
+        "over repeats. " + transport_note(a),
     ]
     if not a.in_place:
         lines.append("gloo's out-of-place time includes a copy into the "
@@ -302,6 +325,18 @@ def summary(a, runs, ceilings, cores):
             cells += cell_ratio(t["hoop"], t["mpi"])
             cells += cell_ratio(t["hoop"], t["gloo"])
             lines.append("| " + " | ".join(cells) + " |")
+    memcpy = ceilings.get("memcpy_GBps")
+    if a.transport == "shm" and memcpy:
+        top = expected_sizes(a)[-1]
+        lines += ["", f"hoop's busbw at {human(top)} as a fraction of the "
+                  f"single-thread memcpy ceiling ({memcpy} GB/s):"]
+        for ranks in a.ranks:
+            t = [x for x in per_repeat_times(runs, "hoop", ranks, top,
+                                             a.repeats) if x]
+            if t:
+                bw = busbw(top, statistics.median(t), ranks)
+                lines.append(f"- {ranks} ranks: {bw:.2f} GB/s = "
+                             f"{bw / float(memcpy):.2f} of memcpy")
     if any(r > cores for r in a.ranks):
         lines += ["", f"\\* more ranks than the {cores} cores of this "
                   "machine: small sizes measure scheduling as much as the "

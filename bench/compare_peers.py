@@ -28,8 +28,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compare_allreduce import (  # noqa: E402  (shares launch and report)
-    FACTOR, PEERS, Run, binaries, cell_ratio, commands, execute, fenced,
-    human, machine_info, missing_tools, parse_ranks, parse_rows, parse_size,
+    FACTOR, PEERS, Run, add_transport_arg, binaries, cell_ratio, commands,
+    execute, fenced, human, transport_note, machine_info, missing_tools, parse_ranks, parse_rows, parse_size,
     per_repeat_times, run_ceilings)
 
 COLLS = ("allreduce", "reducescatter", "allgather", "broadcast", "reduce",
@@ -63,6 +63,7 @@ def parse_args(argv):
     p.add_argument("--in-place", action="store_true",
                    help="compare in-place columns (all-to-all has none)")
     p.add_argument("--timeout", type=int, default=900)
+    add_transport_arg(p)
     p.add_argument("--out", type=Path, help="markdown results file")
     p.add_argument("--json", type=Path, help="summary cells as JSON")
     a = p.parse_args(argv)
@@ -132,8 +133,8 @@ def summary(a, runs, missing, cores):
     lines = [f"float32, sum for the reductions, root 0, {placement}; time = median over {a.repeats} repeats of each "
              "run's median (us); busbw GB/s with nccl-tests' factor; ratio "
              "= hoop busbw / peer busbw, median and min-max over repeats. "
-             "mpi = Open MPI, ob1 + tcp BTL on lo. n/s: the peer does not "
-             "have the collective."]
+             + transport_note(a) + " n/s: the peer does not have the "
+             "collective."]
     cells = []
     for coll in a.colls:
         lines += ["", f"### {coll}", "",
