@@ -36,7 +36,6 @@ and AUTO's pick (hoop-info, same settings) and what AUTO ran (hoop-bench -J).
       --emulate 1gbit --out FILE
 """
 import argparse
-import datetime
 import json
 import os
 import signal
@@ -49,7 +48,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compare_allreduce import (  # noqa: E402  (shares the launch helpers)
     Run, execute, machine_info_basic, parse_rows, parse_ranks, parse_size)
-import ps_vs_ring  # noqa: E402  (netsim, rates, kill-on-stop execute)
+import ps_vs_ring  # noqa: E402  (netsim and rates)
 
 ALGOS = ("ring", "tree", "auto")
 ALPHA_BYTES = 8
@@ -92,11 +91,6 @@ def hoop_run(a, ranks):
             "-n", str(ranks)]
 
 
-def run_cmd(a, argv):
-    """-> (rc, out, err, s); on emulated hosts a stop kills the ranks."""
-    if a.emulate:
-        return ps_vs_ring.execute(argv, a.timeout)
-    return execute(argv, a.timeout)
 
 
 def measure_alpha(a, raw):
@@ -110,7 +104,8 @@ def measure_alpha(a, raw):
     try:
         for rep in range(a.alpha_repeats):
             run = Run(peer="ring", ranks=2, repeat=rep, argv=argv)
-            run.rc, run.stdout, run.stderr, run.seconds = run_cmd(a, argv)
+            run.rc, run.stdout, run.stderr, run.seconds = execute(
+                argv, a.timeout)
             parse_rows(run, in_place=False)
             raw.append(f"#### alpha: 2 hosts, ring, {ALPHA_BYTES} bytes, "
                        f"repeat {rep + 1}\n```\n{' '.join(argv)}\n"
@@ -137,7 +132,7 @@ def predicted_crossover(a, ranks):
     """-> (crossover line, hoop-info's text, {bytes: (ring, tree, ps, auto
     pick)} from its prediction table)."""
     argv = hoop_run(a, ranks) + [str(a.build / "tools" / "hoop-info")]
-    rc, out, err, _ = run_cmd(a, argv)
+    rc, out, err, _ = execute(argv, a.timeout)
     rows = {}
     for line in out.splitlines():
         f = line.split()
@@ -236,7 +231,8 @@ def sweep_n(a, ranks, cores, raw):
                 argv = bench_argv(a, ranks, algo,
                                   jpath if algo == "auto" else None)
                 run = Run(peer=algo, ranks=ranks, repeat=rep, argv=argv)
-                run.rc, run.stdout, run.stderr, run.seconds = run_cmd(a, argv)
+                run.rc, run.stdout, run.stderr, run.seconds = execute(
+                    argv, a.timeout)
                 parse_rows(run, in_place=False)
                 if run.rc != 0:
                     run.problems.append(f"exit status {run.rc}")

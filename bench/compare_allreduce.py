@@ -181,7 +181,9 @@ def commands(a, bins, ranks):
 
 def execute(argv, timeout):
     """Runs argv in its own session so that a hung launcher and all the
-    ranks it started can be killed together. Returns (rc, out, err, s)."""
+    ranks it started can be killed together, on timeout and also when this
+    script is stopped (no rank may outlive, say, emulated hosts' namespaces).
+    Returns (rc, out, err, seconds)."""
     t0 = time.monotonic()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True,
@@ -191,8 +193,12 @@ def execute(argv, timeout):
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
-        err += f"\n[compare_allreduce: killed after {timeout} s]\n"
+        err += f"\n[killed after {timeout} s]\n"
         return 124, out, err, time.monotonic() - t0
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
     return proc.returncode, out, err, time.monotonic() - t0
 
 

@@ -29,8 +29,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compare_allreduce import (  # noqa: E402  (shares launch and report)
     FACTOR, PEERS, Run, add_transport_arg, binaries, cell_ratio, commands,
-    execute, fenced, human, transport_note, machine_info, missing_tools, parse_ranks, parse_rows, parse_size,
-    per_repeat_times, run_ceilings)
+    execute, fenced, human, machine_info, missing_tools, parse_ranks,
+    parse_rows, parse_size, per_repeat_times, run_ceilings, transport_note)
 
 COLLS = ("allreduce", "reducescatter", "allgather", "broadcast", "reduce",
          "alltoall")

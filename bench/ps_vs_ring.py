@@ -26,18 +26,16 @@ writes each N and algorithm's times and models for bench/plot_results.py.
 """
 import argparse
 import json
-import os
 import signal
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from compare_allreduce import (  # noqa: E402  (shares the report helpers)
-    machine_info_basic, parse_size)
+    execute, machine_info_basic, parse_size)
 
 ALGOS = ("ps", "ring", "tree")
 PREFIX = "hoopsim"
@@ -115,28 +113,6 @@ def netsim(a, *args):
         raise RuntimeError(f"{' '.join(argv)} failed: "
                            f"{(proc.stderr or proc.stdout).strip()}")
     return proc.stdout
-
-
-def execute(argv, timeout):
-    """Runs argv in its own session; kills the whole session (hoop-run and
-    its ranks) on timeout and also when we are stopped, so that no rank
-    outlives the namespaces. Returns (rc, out, err, seconds)."""
-    t0 = time.monotonic()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        return 124, out, err + f"\n[killed after {timeout} s]\n", \
-            time.monotonic() - t0
-    except BaseException:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        raise
-    return proc.returncode, out, err, time.monotonic() - t0
 
 
 def bench_argv(a, ranks, algo):
