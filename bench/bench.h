@@ -89,5 +89,8 @@ void bench_layout_whole(size_t elems, int rank, int nranks, size_t esz,
                         struct bench_layout *out);
 double bench_factor_one(int nranks);
 double bench_factor_spread(int nranks); /* (n-1)/n */
+double bench_model_spread(hoop_algo_t algo, int nranks, double bytes);
+double bench_model_chain_or_tree(hoop_algo_t algo, int nranks, double bytes);
+size_t bench_result_blocks(const struct bench_ref *ref);
 
 #endif /* HOOP_BENCH_H */

@@ -21,18 +21,9 @@ static hoop_result_t run(const struct bench_call *c) {
   return hoop_allgather(c->comm, c->send, c->recv, c->count, c->dtype, NULL);
 }
 
-static size_t result_elems(const struct bench_ref *ref) {
-  return ref->count * (size_t)ref->nranks;
-}
-
 /* Block p is rank p's input. */
 static double expected(const struct bench_ref *ref, size_t i) {
   return bench_input(ref, (int)(i / ref->count), i % ref->count);
-}
-
-/* The ring: each rank forwards N-1 of the N blocks. */
-static double model_bytes(hoop_algo_t algo, int n, double k) {
-  return bench_factor_spread(n) * k;
 }
 
 const struct bench_coll bench_allgather = {
@@ -44,7 +35,7 @@ const struct bench_coll bench_allgather = {
     .bus_factor_text = "(N-1)/N",
     .layout = layout,
     .run = run,
-    .result_elems = result_elems,
+    .result_elems = bench_result_blocks,
     .expected = expected,
-    .model_bytes = model_bytes,
+    .model_bytes = bench_model_spread,
 };

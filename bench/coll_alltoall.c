@@ -22,20 +22,11 @@ static hoop_result_t run(const struct bench_call *c) {
   return hoop_alltoall(c->comm, c->send, c->recv, c->count, c->dtype, NULL);
 }
 
-static size_t result_elems(const struct bench_ref *ref) {
-  return ref->count * (size_t)ref->nranks;
-}
-
 /* Block p came from rank p, which sent its block number `rank`. */
 static double expected(const struct bench_ref *ref, size_t i) {
   size_t p = i / ref->count;
   return bench_input(ref, (int)p,
                      (size_t)ref->rank * ref->count + i % ref->count);
-}
-
-/* Each rank sends N-1 of its N blocks; its own is copied, not sent. */
-static double model_bytes(hoop_algo_t algo, int n, double k) {
-  return bench_factor_spread(n) * k;
 }
 
 const struct bench_coll bench_alltoall = {
@@ -46,7 +37,7 @@ const struct bench_coll bench_alltoall = {
     .bus_factor_text = "(N-1)/N",
     .layout = layout,
     .run = run,
-    .result_elems = result_elems,
+    .result_elems = bench_result_blocks,
     .expected = expected,
-    .model_bytes = model_bytes,
+    .model_bytes = bench_model_spread,
 };

@@ -12,14 +12,6 @@ static double expected(const struct bench_ref *ref, size_t i) {
   return bench_input(ref, ref->root, i);
 }
 
-/* model.c: a chain moves the buffer once per link; a binary tree's inner
-   node sends it to two children. */
-static double model_bytes(hoop_algo_t algo, int n, double k) {
-  if (n < 2)
-    return 0;
-  return algo == HOOP_ALGO_TREE ? 2.0 * k : k;
-}
-
 const struct bench_coll bench_broadcast = {
     .name = "broadcast",
     .kind = HOOP_COLL_BROADCAST,
@@ -33,5 +25,5 @@ const struct bench_coll bench_broadcast = {
     .run = run,
     .result_elems = result_elems,
     .expected = expected,
-    .model_bytes = model_bytes,
+    .model_bytes = bench_model_chain_or_tree,
 };

@@ -28,11 +28,6 @@ static double expected(const struct bench_ref *ref, size_t i) {
   return bench_reduced(ref, (size_t)ref->rank * ref->count + i);
 }
 
-/* The ring: each rank sends N-1 of the N blocks. */
-static double model_bytes(hoop_algo_t algo, int n, double k) {
-  return bench_factor_spread(n) * k;
-}
-
 const struct bench_coll bench_reduce_scatter = {
     .name = "reducescatter",
     .kind = HOOP_COLL_REDUCE_SCATTER,
@@ -45,5 +40,5 @@ const struct bench_coll bench_reduce_scatter = {
     .run = run,
     .result_elems = result_elems,
     .expected = expected,
-    .model_bytes = model_bytes,
+    .model_bytes = bench_model_spread,
 };

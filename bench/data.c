@@ -111,3 +111,27 @@ double bench_factor_one(int nranks) { return 1.0; }
 double bench_factor_spread(int nranks) {
   return (double)(nranks - 1) / nranks;
 }
+
+/*
+ * N-1 of N blocks go out of each rank: the ring's reduce-scatter and
+ * all-gather forward them, all-to-all sends all but its own.
+ */
+double bench_model_spread(hoop_algo_t algo, int nranks, double bytes) {
+  return bench_factor_spread(nranks) * bytes;
+}
+
+/*
+ * model.c for broadcast and reduce: a chain moves the buffer once per
+ * link; a binary tree's inner node sends it to (or receives it from) two
+ * children.
+ */
+double bench_model_chain_or_tree(hoop_algo_t algo, int nranks, double bytes) {
+  if (nranks < 2)
+    return 0;
+  return algo == HOOP_ALGO_TREE ? 2.0 * bytes : bytes;
+}
+
+/* One block per rank: all-gather's and all-to-all's output. */
+size_t bench_result_blocks(const struct bench_ref *ref) {
+  return ref->count * (size_t)ref->nranks;
+}
