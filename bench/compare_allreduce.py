@@ -400,8 +400,16 @@ def fenced(text):
     return "```\n" + (text.rstrip("\n") or "(no output)") + "\n```"
 
 
-def report(a, bins, cmdline, ceil_raw, runs, table, failures):
-    parts = ["# All-reduce: hoop vs Open MPI (TCP) vs gloo", ""]
+def run_label(r):
+    return f"{r.ranks} ranks, repeat {r.repeat}, {r.peer}"
+
+
+def report(a, bins, cmdline, ceil_raw, runs, table, failures,
+           what="All-reduce", label=run_label):
+    """Writes a.out: machine, command, ceilings, the summary table, the
+    failures, and every run's raw output under label(run)."""
+    over = "TCP" if a.transport == "tcp" else "shared memory"
+    parts = [f"# {what}: hoop vs Open MPI vs gloo ({over})", ""]
     parts += machine_info(bins)
     parts += [f"- Command: `{cmdline}`",
               "- Method: shared/bench-method.md (barrier, one call timed on "
@@ -413,7 +421,7 @@ def report(a, bins, cmdline, ceil_raw, runs, table, failures):
         parts += ["## Failures", ""] + [f"- {f}" for f in failures] + [""]
     parts += ["## Raw output of every run", ""]
     for r in runs:
-        parts += [f"### {r.ranks} ranks, repeat {r.repeat}, {r.peer}", "",
+        parts += [f"### {label(r)}", "",
                   f"`{shlex.join(r.argv)}`: exit {r.rc}, {r.seconds:.1f} s",
                   "", fenced(r.stdout)]
         if r.stderr.strip():
@@ -437,8 +445,7 @@ def main():
     table = summary(a, runs, ceilings, os.cpu_count() or 1)
     print("\n" + table)
     failures = [p for p in [ceil_problem] if p] + [
-        f"{r.ranks} ranks, repeat {r.repeat}, {r.peer}: {p}"
-        for r in runs for p in r.problems]
+        f"{run_label(r)}: {p}" for r in runs for p in r.problems]
     if a.out:
         report(a, bins, cmdline, ceil_raw, runs, table, failures)
         print(f"\nwrote {a.out}", file=sys.stderr)

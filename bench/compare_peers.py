@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compare_allreduce import (  # noqa: E402  (shares launch and report)
     FACTOR, PEERS, Run, add_transport_arg, binaries, cell_ratio, commands,
-    execute, fenced, human, machine_info, missing_tools, parse_ranks,
+    execute, human, missing_tools, parse_ranks, report,
     parse_rows, parse_size, per_repeat_times, run_ceilings, transport_note)
 
 COLLS = ("allreduce", "reducescatter", "allgather", "broadcast", "reduce",
@@ -178,27 +178,8 @@ def summary(a, runs, missing, cores):
     return lines, cells
 
 
-def report(a, bins, cmdline, ceil_raw, runs, table, failures):
-    parts = ["# Collectives: hoop vs Open MPI (TCP) vs gloo", ""]
-    parts += machine_info(bins)
-    parts += [f"- Command: `{cmdline}`",
-              "- Method: shared/bench-method.md (barrier, one call timed on "
-              "every rank, max over ranks, median over iterations; peers "
-              "interleaved hoop, mpi, gloo per repeat)",
-              "", "## Ceilings", "", fenced(ceil_raw), "",
-              "## Summary", "", *table, ""]
-    if failures:
-        parts += ["## Failures", ""] + [f"- {f}" for f in failures] + [""]
-    parts += ["## Raw output of every run", ""]
-    for r in runs:
-        parts += [f"### {r.coll}, {r.ranks} ranks, repeat {r.repeat}, "
-                  f"{r.peer}", "",
-                  f"`{shlex.join(r.argv)}`: exit {r.rc}, {r.seconds:.1f} s",
-                  "", fenced(r.stdout)]
-        if r.stderr.strip():
-            parts += ["", "stderr:", "", fenced(r.stderr)]
-        parts.append("")
-    a.out.write_text("\n".join(parts))
+def run_label(r):
+    return f"{r.coll}, {r.ranks} ranks, repeat {r.repeat}, {r.peer}"
 
 
 def main():
@@ -216,10 +197,10 @@ def main():
     table, cells = summary(a, runs, missing, os.cpu_count() or 1)
     print("\n" + "\n".join(table))
     failures = [p for p in [ceil_problem] if p] + [
-        f"{r.coll}, {r.ranks} ranks, repeat {r.repeat}, {r.peer}: {p}"
-        for r in runs for p in r.problems]
+        f"{run_label(r)}: {p}" for r in runs for p in r.problems]
     if a.out:
-        report(a, bins, cmdline, ceil_raw, runs, table, failures)
+        report(a, bins, cmdline, ceil_raw, runs, "\n".join(table), failures,
+               what="Collectives", label=run_label)
         print(f"\nwrote {a.out}", file=sys.stderr)
     if a.json:
         a.json.write_text(json.dumps(cells, indent=1) + "\n")
