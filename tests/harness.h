@@ -11,8 +11,10 @@
 
 #include <algorithm>
 #include <cstdarg>
+#include <cctype>
 #include <cstdio>
 #include <functional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -193,6 +195,26 @@ inline ShellOutput run_shell(const std::string &cmd) {
   int st = pclose(p);
   out.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
   return out;
+}
+
+// The data rows of hoop-bench (or a peer's) output, split into words: the
+// lines that start with a digit once `prefix` (e.g. hoop-run's "[0] ")
+// is taken off; lines without the prefix are skipped.
+inline std::vector<std::vector<std::string>> bench_rows(
+    const std::string &text, const std::string &prefix = "") {
+  std::vector<std::vector<std::string>> rows;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.compare(0, prefix.size(), prefix) != 0)
+      continue;
+    std::istringstream words(line.substr(prefix.size()));
+    std::vector<std::string> f;
+    for (std::string w; words >> w;)
+      f.push_back(w);
+    if (!f.empty() && isdigit((unsigned char)f[0][0]))
+      rows.push_back(f);
+  }
+  return rows;
 }
 
 inline std::string describe(const RunResult &r) {

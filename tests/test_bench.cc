@@ -23,18 +23,6 @@ using Output = hooptest::ShellOutput;
 using Fields = std::vector<std::string>;
 
 // Data rows (first field a number), split on blanks.
-std::vector<Fields> DataRows(const std::string &text) {
-  std::vector<Fields> rows;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) {
-    std::istringstream words(line);
-    Fields f;
-    for (std::string w; words >> w;) f.push_back(w);
-    if (!f.empty() && isdigit((unsigned char)f[0][0])) rows.push_back(f);
-  }
-  return rows;
-}
-
 struct Coll {
   const char *name;
   bool per_rank_count;    // count column is size / N (nccl-tests)
@@ -79,7 +67,7 @@ TEST_P(BenchColl, RowsFollowNcclTestsAndMatchTheJson) {
   Output out = run_shell(Bench(n, c, "-b 1K -e 64K -f 8 -n 2 -w 1 -c 1 -B 1 "
                                      "-J " + std::string(json)));
   ASSERT_EQ(out.status, 0) << out.text;
-  std::vector<Fields> rows = DataRows(out.text);
+  std::vector<Fields> rows = hooptest::bench_rows(out.text);
   ASSERT_EQ(rows.size(), 3u) << out.text;  // 1K, 8K, 64K
   size_t elems = 256;
   for (const Fields &f : rows) {
@@ -148,7 +136,7 @@ TEST_P(BenchColl, CheckCatchesASpoiledResultAndFails) {
   Output out = run_shell("HOOP_BENCH_CORRUPT=1 " +
                          Bench(nranks(), c, "-b 1K -e 8K -f 8 -n 1 -w 0"));
   EXPECT_EQ(out.status, 1) << out.text;
-  std::vector<Fields> rows = DataRows(out.text);
+  std::vector<Fields> rows = hooptest::bench_rows(out.text);
   ASSERT_EQ(rows.size(), 2u) << out.text;
   for (const Fields &f : rows) {
     ASSERT_EQ(f.size(), 13u) << out.text;

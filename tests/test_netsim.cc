@@ -13,12 +13,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cctype>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -189,26 +187,26 @@ TEST_F(Netsim, HoopRunNamesAMissingNamespace) {
       << out.text;
 }
 
+// hoop-bench rows from rank 0 with #wrong 0 out of and in place; how many.
+int CheckedBenchRows(const std::string &text) {
+  std::vector<std::vector<std::string>> rows =
+      hooptest::bench_rows(text, "[0] ");
+  for (const std::vector<std::string> &f : rows) {
+    EXPECT_EQ(f.size(), 13u) << text;
+    if (f.size() != 13u) continue;
+    EXPECT_EQ(f[8], "0") << "out-of-place #wrong: " << f[0];
+    EXPECT_EQ(f[12], "0") << "in-place #wrong: " << f[0];
+  }
+  return (int)rows.size();
+}
+
 TEST_F(Netsim, HoopBenchAcrossEmulatedHostsIsCorrect) {
   Output out = run_shell(kNetsim + " run 3 1gbit -- " + HOOP_RUN_PATH +
                    " --netns hoopsim -n 3 " + HOOP_BENCH_PATH +
                    " -b 1K -e 64K -c 1");
   ASSERT_EQ(out.status, 0) << out.text;
   EXPECT_TRUE(HoopsimNamespaces().empty());
-  int rows = 0;
-  std::istringstream in(out.text);
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("[0] ", 0) != 0) continue;
-    std::istringstream fields(line.substr(4));
-    std::vector<std::string> f;
-    for (std::string w; fields >> w;) f.push_back(w);
-    if (f.empty() || !isdigit((unsigned char)f[0][0])) continue;
-    ASSERT_EQ(f.size(), 13u) << line;
-    EXPECT_EQ(f[8], "0") << "out-of-place #wrong: " << line;
-    EXPECT_EQ(f[12], "0") << "in-place #wrong: " << line;
-    rows++;
-  }
-  EXPECT_EQ(rows, 7) << out.text;  // 1K, 2K, ..., 64K
+  EXPECT_EQ(CheckedBenchRows(out.text), 7) << out.text;  // 1K, 2K, ..., 64K
 }
 
 // Two ranks on each of two emulated hosts: shared memory inside a host,
@@ -216,34 +214,27 @@ TEST_F(Netsim, HoopBenchAcrossEmulatedHostsIsCorrect) {
 TEST_F(Netsim, MixedHostsUseShmInsideAndTcpBetween) {
   std::string run = std::string(HOOP_RUN_PATH) +
                     " --netns hoopsim --ranks-per-host 2 -n 4 ";
-  std::string cmd = run + HOOP_INFO_PATH;
+  Output info = run_shell(kNetsim + " run 2 1gbit -- " + run + HOOP_INFO_PATH);
+  ASSERT_EQ(info.status, 0) << info.text;
+  EXPECT_NE(info.text.find("2 rank(s) from rank 0; shm yes"),
+            std::string::npos)
+      << info.text;
+  EXPECT_NE(info.text.find("inside: shm; to host 0: -"), std::string::npos)
+      << info.text;
+  EXPECT_NE(info.text.find("2 rank(s) from rank 2; shm yes"),
+            std::string::npos)
+      << info.text;
+  EXPECT_NE(info.text.find("inside: shm; to host 0: tcp"), std::string::npos)
+      << info.text;
+  std::string benches = "true";
   for (const char *algo : {"ring", "tree", "ps"})
-    cmd += std::string(" && ") + run + HOOP_BENCH_PATH +
-           " -b 1K -e 1M -f 32 -n 2 -w 1 -c 1 -a " + algo;
-  Output out = run_shell(kNetsim + " run 2 1gbit -- sh -c '" + cmd + "'");
+    benches += std::string(" && ") + run + HOOP_BENCH_PATH +
+               " -b 1K -e 1M -f 32 -n 2 -w 1 -c 1 -a " + algo;
+  Output out = run_shell(kNetsim + " run 2 1gbit -- sh -c '" + benches + "'");
   ASSERT_EQ(out.status, 0) << out.text;
   EXPECT_TRUE(HoopsimNamespaces().empty());
-  EXPECT_NE(out.text.find("2 rank(s) from rank 0; shm yes"), std::string::npos)
-      << out.text;
-  EXPECT_NE(out.text.find("inside: shm; to host 0: -"), std::string::npos)
-      << out.text;
-  EXPECT_NE(out.text.find("2 rank(s) from rank 2; shm yes"), std::string::npos)
-      << out.text;
-  EXPECT_NE(out.text.find("inside: shm; to host 0: tcp"), std::string::npos)
-      << out.text;
-  int rows = 0;
-  std::istringstream in(out.text);
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("[0] ", 0) != 0) continue;
-    std::istringstream fields(line.substr(4));
-    std::vector<std::string> f;
-    for (std::string w; fields >> w;) f.push_back(w);
-    if (f.size() != 13 || !isdigit((unsigned char)f[0][0])) continue;
-    EXPECT_EQ(f[8], "0") << "out-of-place #wrong: " << line;
-    EXPECT_EQ(f[12], "0") << "in-place #wrong: " << line;
-    rows++;
-  }
-  EXPECT_EQ(rows, 3 * 3) << out.text;  // 1K, 32K and 1M for each algorithm
+  // 1K, 32K and 1M for each algorithm.
+  EXPECT_EQ(CheckedBenchRows(out.text), 3 * 3) << out.text;
 }
 
 }  // namespace

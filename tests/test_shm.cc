@@ -165,7 +165,7 @@ TEST(Topology, HoopTransportForcesTcp) {
 TEST(Topology, UnknownTransportIsRefusedByName) {
   hooptest::ShellOutput out = run_shell(
       std::string("HOOP_TRANSPORT=pigeon ") + HOOP_RUN_PATH + " -n 2 " +
-      HOOP_EXAMPLE_PATH + " 2>&1");
+      HOOP_EXAMPLE_PATH);
   EXPECT_NE(out.status, 0) << out.text;
   EXPECT_NE(out.text.find("HOOP_TRANSPORT=pigeon"), std::string::npos)
       << out.text;
