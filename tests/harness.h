@@ -4,6 +4,7 @@
 #ifndef HOOP_TESTS_HARNESS_H
 #define HOOP_TESTS_HARNESS_H
 
+#include <dirent.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -12,6 +13,7 @@
 #include <algorithm>
 #include <cstdarg>
 #include <cctype>
+#include <cerrno>
 #include <cstdio>
 #include <functional>
 #include <sstream>
@@ -195,6 +197,23 @@ inline ShellOutput run_shell(const std::string &cmd) {
   int st = pclose(p);
   out.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
   return out;
+}
+
+// Segments in /dev/shm whose creating process no longer exists: leaks.
+// Segments of live processes (other tests running now) are not counted.
+inline std::vector<std::string> leaked_shm_segments() {
+  std::vector<std::string> leaked;
+  DIR *dir = opendir("/dev/shm");
+  if (dir == nullptr)
+    return leaked;
+  for (struct dirent *e; (e = readdir(dir)) != nullptr;) {
+    int pid;
+    if (sscanf(e->d_name, "hoop-%d-", &pid) == 1 &&
+        kill(pid, 0) != 0 && errno == ESRCH)
+      leaked.push_back(e->d_name);
+  }
+  closedir(dir);
+  return leaked;
 }
 
 // The data rows of hoop-bench (or a peer's) output, split into words: the

@@ -208,6 +208,8 @@ TEST(Errors, KilledRankMakesOthersFailNamingIt) {
   r.exit_codes[2] = 0;
   EXPECT_TRUE(r.all_ok()) << describe(r);
   EXPECT_LT(secs, 20.0) << "a dead peer is seen at once, not at the timeout";
+  std::vector<std::string> leaked = leaked_shm_segments();
+  EXPECT_TRUE(leaked.empty()) << "/dev/shm/" << leaked[0];
 }
 
 TEST(Errors, SilentRankTimesOutNamingIt) {

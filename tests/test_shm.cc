@@ -3,46 +3,26 @@
 // shm by default, since their ranks share this host; ctest runs them again
 // with HOOP_TRANSPORT=tcp.  These cases cover what is particular to shm:
 // the choice itself, segments in /dev/shm, stream alignment across ring
-// wrap-arounds, failures and leaks.
+// wrap-arounds and leaks.  A rank killed mid-collective is
+// Errors.KilledRankMakesOthersFailNamingIt, which also checks /dev/shm.
 #include <dirent.h>
 #include <gtest/gtest.h>
-#include <signal.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "harness.h"
 
 using hooptest::RankLog;
-using hooptest::RunOptions;
 using hooptest::RunResult;
 using hooptest::run_ranks;
 using hooptest::run_shell;
 
 namespace {
-
-// Segments in /dev/shm whose creating process no longer exists: leaks.
-// Segments of live processes (other tests running now) are not counted.
-std::vector<std::string> leaked_segments() {
-  std::vector<std::string> leaked;
-  DIR *dir = opendir("/dev/shm");
-  if (dir == nullptr)
-    return leaked;
-  for (struct dirent *e; (e = readdir(dir)) != nullptr;) {
-    int pid;
-    if (sscanf(e->d_name, "hoop-%d-", &pid) == 1 &&
-        kill(pid, 0) != 0 && errno == ESRCH)
-      leaked.push_back(e->d_name);
-  }
-  closedir(dir);
-  return leaked;
-}
 
 // Segments this process created that are still linked.
 int own_segments() {
@@ -179,7 +159,7 @@ TEST(Shm, SegmentsAreUnlinkedOnceMapped) {
     RANK_EXPECT_OK(log, comm, hoop_barrier(comm));
   });
   EXPECT_TRUE(r.all_ok());
-  EXPECT_TRUE(leaked_segments().empty()) << leaked_segments()[0];
+  EXPECT_TRUE(hooptest::leaked_shm_segments().empty()) << hooptest::leaked_shm_segments()[0];
 }
 
 // Tiny rings wrap around many times per call, and odd-sized messages leave
@@ -218,50 +198,6 @@ TEST(Shm, StreamsStayAlignedAcrossOddMessagesAndWraps) {
   EXPECT_TRUE(r.all_ok());
 }
 
-TEST(Shm, KilledRankFailsTheOthersAndLeavesDevShmClean) {
-  hoop_config_t cfg = HOOP_CONFIG_INIT;
-  cfg.timeout_ms = 30000;
-  RunOptions opt;
-  opt.config = &cfg;
-  auto start = std::chrono::steady_clock::now();
-  RunResult r = run_ranks(
-      4,
-      [](RankLog &log, hoop_comm_t comm, int rank, int) {
-        std::vector<float> v(8u << 20, 1.0f);
-        RANK_EXPECT_OK(log, comm,
-                       hoop_allreduce(comm, v.data(), v.data(), 1, HOOP_F32,
-                                      HOOP_SUM, nullptr));
-        if (rank == 1) {
-          std::thread([] {
-            std::this_thread::sleep_for(std::chrono::milliseconds(20));
-            kill(getpid(), SIGKILL);
-          }).detach();
-        }
-        for (int i = 0; i < 200; i++) {
-          hoop_result_t res = hoop_allreduce(comm, v.data(), v.data(),
-                                             v.size(), HOOP_F32, HOOP_SUM,
-                                             nullptr);
-          if (res != HOOP_SUCCESS) {
-            RANK_EXPECT(log, strstr(hoop_comm_last_error(comm), "rank 1 (") !=
-                                 nullptr,
-                        "message: %s", hoop_comm_last_error(comm));
-            return;
-          }
-        }
-        log.fail("never noticed that rank 1 died");
-      },
-      opt);
-  double secs = std::chrono::duration<double>(
-                    std::chrono::steady_clock::now() - start)
-                    .count();
-  EXPECT_EQ(r.exit_codes[1], 128 + SIGKILL);
-  r.exit_codes[1] = 0;
-  EXPECT_TRUE(r.all_ok());
-  EXPECT_LT(secs, 20.0) << "a dead peer is seen at once, not at the timeout";
-  std::vector<std::string> leaked = leaked_segments();
-  EXPECT_TRUE(leaked.empty()) << "/dev/shm/" << leaked[0];
-}
-
 TEST(Shm, ManyCommunicatorsLeakNoSegmentsFdsOrMappings) {
   RunResult r = run_ranks(3, [](RankLog &log, hoop_comm_t comm, int rank,
                                 int nranks) {
@@ -291,5 +227,5 @@ TEST(Shm, ManyCommunicatorsLeakNoSegmentsFdsOrMappings) {
                 own_segments());
   });
   EXPECT_TRUE(r.all_ok());
-  EXPECT_TRUE(leaked_segments().empty());
+  EXPECT_TRUE(hooptest::leaked_shm_segments().empty());
 }
