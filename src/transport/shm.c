@@ -462,11 +462,7 @@ static hoop_result_t shm_connect(struct hoop_comm *comm, int peer,
   if (c == NULL)
     return HOOP_ERROR(comm, HOOP_ERR_NO_MEMORY, "shm connection");
   c->fd = -1;
-  c->base.ops = &hoop__shm_transport;
-  c->base.comm = comm;
-  c->base.peer = peer;
-  c->base.channel = channel;
-  hoop__peer_desc(comm, peer, c->base.peer_desc, sizeof c->base.peer_desc);
+  hoop__conn_init(&c->base, &hoop__shm_transport, comm, peer, channel);
   long long deadline = hoop__now_ms() + comm->timeout_ms;
   HOOP_CHECK_GOTO(hoop__comm_open_socket(comm, peer, channel, &c->fd), res,
                   out_close);

@@ -168,11 +168,7 @@ static hoop_result_t tcp_connect(struct hoop_comm *comm, int peer,
   if (c == NULL)
     return HOOP_ERROR(comm, HOOP_ERR_NO_MEMORY, "tcp connection");
   c->fd = -1;
-  c->base.ops = &hoop__tcp_transport;
-  c->base.comm = comm;
-  c->base.peer = peer;
-  c->base.channel = channel;
-  hoop__peer_desc(comm, peer, c->base.peer_desc, sizeof c->base.peer_desc);
+  hoop__conn_init(&c->base, &hoop__tcp_transport, comm, peer, channel);
   /*
    * Two slices: one can arrive while the other is reduced, and the ring
    * stays small enough to be read back from cache (4 MiB cost ~7% more

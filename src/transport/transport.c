@@ -35,6 +35,16 @@ const struct hoop_transport_ops *hoop__transport_pick(
   return NULL;
 }
 
+void hoop__conn_init(struct hoop_conn *conn,
+                     const struct hoop_transport_ops *ops,
+                     struct hoop_comm *comm, int peer, int channel) {
+  conn->ops = ops;
+  conn->comm = comm;
+  conn->peer = peer;
+  conn->channel = channel;
+  hoop__peer_desc(comm, peer, conn->peer_desc, sizeof conn->peer_desc);
+}
+
 hoop_result_t hoop__transport_connect(struct hoop_comm *comm, int peer,
                                       int channel, struct hoop_conn **conn) {
   char desc[128];

@@ -108,6 +108,11 @@ extern const struct hoop_transport_ops hoop__tcp_transport;
 const struct hoop_transport_ops *hoop__transport_pick(
     const struct hoop_comm *comm, int a, int b);
 
+/* Fills the core's part of a new connection, for the transports. */
+void hoop__conn_init(struct hoop_conn *conn,
+                     const struct hoop_transport_ops *ops,
+                     struct hoop_comm *comm, int peer, int channel);
+
 /*
  * Picks the first transport that can join this rank and `peer` (or the
  * one HOOP_TRANSPORT names) and connects through it.
