@@ -76,32 +76,43 @@ static const char *transport(hoop_comm_t comm, int a, int b) {
 /*
  * One line per host: its ranks, what they can use, and the transport
  * between its first two ranks and from its first rank to rank 0's host.
+ * Hosts are numbered by their lowest rank, so one pass in rank order
+ * meets each host's first rank before its others.
  */
 static void print_topology(hoop_comm_t comm, int n) {
   printf("# topology (HOOP_TRANSPORT=%s):\n",
          getenv("HOOP_TRANSPORT") != NULL ? getenv("HOOP_TRANSPORT")
                                            : "auto");
-  for (int host = 0;; host++) {
-    int first = -1, second = -1, count = 0;
-    for (int r = 0; r < n; r++) {
-      if (rank_info(comm, r).host != host)
-        continue;
-      count++;
-      if (first < 0)
-        first = r;
-      else if (second < 0)
-        second = r;
+  int *first = malloc(sizeof *first * (size_t)n);
+  int *second = malloc(sizeof *second * (size_t)n);
+  int *count = calloc((size_t)n, sizeof *count);
+  if (first == NULL || second == NULL || count == NULL) {
+    fprintf(stderr, "hoop-info: out of memory\n");
+    exit(1);
+  }
+  int hosts = 0;
+  for (int r = 0; r < n; r++) {
+    int h = rank_info(comm, r).host;
+    if (count[h]++ == 0) {
+      first[h] = r;
+      second[h] = -1;
+      hosts++;
+    } else if (second[h] < 0) {
+      second[h] = r;
     }
-    if (first < 0)
-      return;
-    hoop_rank_info_t info = rank_info(comm, first);
+  }
+  for (int h = 0; h < hosts; h++) {
+    hoop_rank_info_t info = rank_info(comm, first[h]);
     printf("#   host %d (%s): %d rank(s) from rank %d; shm %s, %d GPU(s), "
            "%d RDMA device(s); inside: %s; to host 0: %s\n",
-           host, info.hostname, count, first, info.shm ? "yes" : "no",
+           h, info.hostname, count[h], first[h], info.shm ? "yes" : "no",
            info.cuda_devices, info.verbs_devices,
-           second >= 0 ? transport(comm, first, second) : "-",
-           host > 0 ? transport(comm, first, 0) : "-");
+           second[h] >= 0 ? transport(comm, first[h], second[h]) : "-",
+           h > 0 ? transport(comm, first[h], 0) : "-");
   }
+  free(first);
+  free(second);
+  free(count);
 }
 
 int main(void) {

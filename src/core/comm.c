@@ -396,6 +396,7 @@ static void comm_free(struct hoop_comm *comm) {
   hoop__sock_close(&comm->listen_fd);
   free(comm->conns);
   free(comm->peers);
+  free(comm->host_index);
   free(comm->peer_sent);
   free(comm->peer_received);
   free(comm->scratch);

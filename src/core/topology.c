@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "transport/transport.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 static hoop_result_t check_rank(hoop_comm_t comm, const char *what,
@@ -14,18 +15,50 @@ static hoop_result_t check_rank(hoop_comm_t comm, const char *what,
   return HOOP_SUCCESS;
 }
 
-/* Hosts are numbered by their lowest rank, so every rank agrees. */
-static int host_index(const struct hoop_comm *comm, int rank) {
-  int host = 0;
-  for (int r = 0; r < rank; r++) {
-    bool first = true;
-    for (int q = 0; q < r && first; q++)
-      first = comm->peers[q].host_hash != comm->peers[r].host_hash;
-    if (comm->peers[r].host_hash == comm->peers[rank].host_hash)
-      return host;
-    host += first;
+struct by_host {
+  uint64_t hash;
+  int rank;
+};
+
+static int cmp_by_host(const void *a, const void *b) {
+  const struct by_host *x = a, *y = b;
+  if (x->hash != y->hash)
+    return x->hash < y->hash ? -1 : 1;
+  return (x->rank > y->rank) - (x->rank < y->rank);
+}
+
+/*
+ * comm->host_index, made on first use: hosts are numbered by their lowest
+ * rank, so every rank agrees.  Sorting by host keeps it O(n log n) for
+ * large jobs.
+ */
+static hoop_result_t host_indices(struct hoop_comm *comm) {
+  if (comm->host_index != NULL)
+    return HOOP_SUCCESS;
+  int n = comm->nranks;
+  struct by_host *order = malloc(sizeof *order * (size_t)n);
+  int *lowest = malloc(sizeof *lowest * (size_t)n);
+  int *index = malloc(sizeof *index * (size_t)n);
+  if (order == NULL || lowest == NULL || index == NULL) {
+    free(order);
+    free(lowest);
+    free(index);
+    return HOOP_ERROR(comm, HOOP_ERR_NO_MEMORY, "host table");
   }
-  return host;
+  for (int r = 0; r < n; r++)
+    order[r] = (struct by_host){comm->peers[r].host_hash, r};
+  qsort(order, (size_t)n, sizeof *order, cmp_by_host);
+  for (int i = 0; i < n; i++)
+    lowest[order[i].rank] =
+        i > 0 && order[i].hash == order[i - 1].hash ? lowest[order[i - 1].rank]
+                                                    : order[i].rank;
+  /* A host's index counts the hosts whose lowest rank comes before. */
+  for (int r = 0, hosts = 0; r < n; r++)
+    index[r] = lowest[r] == r ? hosts++ : index[lowest[r]];
+  free(order);
+  free(lowest);
+  comm->host_index = index;
+  return HOOP_SUCCESS;
 }
 
 hoop_result_t hoop_comm_rank_info(hoop_comm_t comm, int rank,
@@ -35,10 +68,12 @@ hoop_result_t hoop_comm_rank_info(hoop_comm_t comm, int rank,
                       "hoop_comm_rank_info: info is NULL");
   HOOP_CHECK(hoop__comm_enter(comm, "hoop_comm_rank_info"));
   hoop_result_t res = check_rank(comm, "hoop_comm_rank_info", rank);
+  if (res == HOOP_SUCCESS)
+    res = host_indices(comm);
   if (res == HOOP_SUCCESS) {
     const struct hoop_peer_info *p = &comm->peers[rank];
     *info = (hoop_rank_info_t){
-        .host = host_index(comm, rank),
+        .host = comm->host_index[rank],
         .pid = p->pid,
         .shm = (p->caps & HOOP_CAP_SHM) != 0,
         .cuda_devices = p->cuda_devices,
