@@ -21,6 +21,7 @@ struct bench_call {
   hoop_dtype_t dtype;
   hoop_op_t op;
   int root;
+  hoop_stream_t stream; /* -m cuda: the stream the call is queued on */
 };
 
 /* Everything the reference needs to know every rank's input. */
@@ -92,5 +93,26 @@ double bench_factor_spread(int nranks); /* (n-1)/n */
 double bench_model_spread(hoop_algo_t algo, int nranks, double bytes);
 double bench_model_chain_or_tree(hoop_algo_t algo, int nranks, double bytes);
 size_t bench_result_blocks(const struct bench_ref *ref);
+
+/*
+ * Buffer memory for -m (memory.c): host, or CUDA device memory where the
+ * build has CUDA.  Device buffers are filled and read through copies.
+ */
+enum bench_memory { BENCH_HOST, BENCH_CUDA };
+
+/* 0 when the build cannot use `m`; *why then says so. */
+int bench_memory_available(enum bench_memory m, const char **why);
+void *bench_alloc(enum bench_memory m, size_t bytes);
+void bench_free(enum bench_memory m, void *p);
+/* A stream for device calls (NULL for host memory). */
+hoop_stream_t bench_stream(enum bench_memory m);
+/* Copies between a buffer of memory m and host memory; 0 on success. */
+int bench_upload(enum bench_memory m, void *dst, const void *src,
+                 size_t bytes);
+int bench_download(enum bench_memory m, void *dst, const void *src,
+                   size_t bytes);
+int bench_zero(enum bench_memory m, void *dst, size_t bytes);
+/* Waits until the stream has run every call queued on it; 0 on success. */
+int bench_sync(enum bench_memory m, hoop_stream_t stream);
 
 #endif /* HOOP_BENCH_H */

@@ -18,7 +18,8 @@ static void layout(size_t elems, int rank, int n, size_t esz,
 }
 
 static hoop_result_t run(const struct bench_call *c) {
-  return hoop_allgather(c->comm, c->send, c->recv, c->count, c->dtype, NULL);
+  return hoop_allgather(c->comm, c->send, c->recv, c->count, c->dtype,
+                        c->stream);
 }
 
 /* Block p is rank p's input. */

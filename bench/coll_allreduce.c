@@ -3,7 +3,7 @@
 
 static hoop_result_t run(const struct bench_call *c) {
   return hoop_allreduce(c->comm, c->send, c->recv, c->count, c->dtype, c->op,
-                        NULL);
+                        c->stream);
 }
 
 static size_t result_elems(const struct bench_ref *ref) { return ref->count; }

@@ -3,7 +3,7 @@
 
 static hoop_result_t run(const struct bench_call *c) {
   return hoop_broadcast(c->comm, c->send, c->recv, c->count, c->dtype,
-                        c->root, NULL);
+                        c->root, c->stream);
 }
 
 static size_t result_elems(const struct bench_ref *ref) { return ref->count; }

@@ -3,7 +3,7 @@
 
 static hoop_result_t run(const struct bench_call *c) {
   return hoop_reduce(c->comm, c->send, c->recv, c->count, c->dtype, c->op,
-                     c->root, NULL);
+                     c->root, c->stream);
 }
 
 /* Only the root's buffer is written; the others have nothing to check. */

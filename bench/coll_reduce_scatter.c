@@ -19,7 +19,7 @@ static void layout(size_t elems, int rank, int n, size_t esz,
 
 static hoop_result_t run(const struct bench_call *c) {
   return hoop_reduce_scatter(c->comm, c->send, c->recv, c->count, c->dtype,
-                             c->op, NULL);
+                             c->op, c->stream);
 }
 
 static size_t result_elems(const struct bench_ref *ref) { return ref->count; }

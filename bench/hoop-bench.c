@@ -54,6 +54,7 @@ struct options {
   hoop_algo_t algo;
   const char *json_path;
   int corrupt; /* HOOP_BENCH_CORRUPT */
+  enum bench_memory memory; /* -m */
 };
 
 /* Payload bytes of one call, from hoop_comm_get_stats. */
@@ -68,7 +69,9 @@ struct ctx {
   int rank, nranks;
   struct options opt;
   struct bench_ref ref;
-  char *send, *recv;
+  char *send, *recv;   /* the calls' buffers, in -m memory */
+  char *hsend, *hrecv; /* host images for the check (send/recv for host) */
+  hoop_stream_t stream;
   double *times; /* [iters] */
   FILE *json;
 };
@@ -165,7 +168,7 @@ static void usage(void) {
   printf("usage: hoop-bench [-C coll] [-b minbytes] [-e maxbytes] "
          "[-f factor] [-n iters] [-w warmup]\n"
          "                  [-c 0|1] [-d dtype] [-o op] [-r root] [-a algo] "
-         "[-m host]\n"
+         "[-m host|cuda]\n"
          "                  [-J file.jsonl] [-B 0|1]\n"
          "  colls: allreduce (default) reducescatter allgather broadcast "
          "reduce alltoall\n"
@@ -174,7 +177,8 @@ static void usage(void) {
          "  -r: root of broadcast and reduce (default 0)\n"
          "  algos: auto; ring tree ps (allreduce); ring tree (broadcast, "
          "reduce); ring (reducescatter, allgather)\n"
-         "  -m: buffer memory; only host is built so far\n"
+         "  -m: buffer memory: host, or cuda (device buffers on one stream,\n"
+         "      timed to the stream's completion; builds with CUDA)\n"
          "  -J: every row as JSON lines, with the bytes each call moved\n"
          "  -B 1: append bytes sent/received per call and the model's "
          "busiest-link bytes\n"
@@ -236,14 +240,18 @@ static struct options parse_options(int argc, char **argv) {
     case 'a':
       o.algo = parse_enum(optarg, algo_name, HOOP_ALGO_P2P, "algorithm");
       break;
-    case 'm':
+    case 'm': {
+      const char *why = "";
       if (strcmp(optarg, "cuda") == 0 || strcmp(optarg, "device") == 0)
-        usage_error("-m %s: not built with CUDA: hoop moves host buffers "
-                    "only so far",
-                    optarg);
-      if (strcmp(optarg, "host") != 0)
-        usage_error("-m: unknown memory \"%s\" (host)", optarg);
+        o.memory = BENCH_CUDA;
+      else if (strcmp(optarg, "host") != 0)
+        usage_error("-m: unknown memory \"%s\" (host, cuda)", optarg);
+      if (!bench_memory_available(o.memory, &why)) {
+        fprintf(stderr, "hoop-bench: -m %s: %s\n", optarg, why);
+        exit(2);
+      }
       break;
+    }
     case 'J': o.json_path = optarg; break;
     case 'h': usage(); exit(0);
     default: usage(); exit(2);
@@ -278,7 +286,7 @@ static struct bench_call make_call(const struct ctx *c,
   struct bench_call call = {.comm = c->comm, .send = c->send,
                             .recv = c->recv, .count = l->count,
                             .dtype = c->opt.dtype, .op = c->opt.op,
-                            .root = c->opt.root};
+                            .root = c->opt.root, .stream = c->stream};
   if (in_place) {
     call.send = c->recv + l->in_place_send_off * esz;
     call.recv = c->recv + l->in_place_recv_off * esz;
@@ -286,8 +294,29 @@ static struct bench_call make_call(const struct ctx *c,
   return call;
 }
 
+/* One call, complete: device calls are waited for on their stream. */
 static void run_once(struct ctx *c, const struct bench_call *call) {
   CHECK(c, c->opt.coll->run(call));
+  if (bench_sync(c->opt.memory, c->stream) != 0) {
+    fprintf(stderr, "hoop-bench: rank %d: waiting for the stream failed\n",
+            c->rank);
+    exit(1);
+  }
+}
+
+/* The host image of a call buffer, for filling and checking. */
+static char *host_of(const struct ctx *c, const void *p) {
+  uintptr_t q = (uintptr_t)p, r = (uintptr_t)c->recv;
+  if (q >= r && q <= r + c->opt.max_bytes)
+    return c->hrecv + (q - r);
+  return c->hsend + (q - (uintptr_t)c->send);
+}
+
+static void copy_or_die(struct ctx *c, int failed, const char *what) {
+  if (failed) {
+    fprintf(stderr, "hoop-bench: rank %d: %s failed\n", c->rank, what);
+    exit(1);
+  }
 }
 
 /*
@@ -348,20 +377,29 @@ static long long check_call(struct ctx *c, const struct bench_layout *l,
   struct bench_call call = make_call(c, l, in_place);
   size_t esz = hoop_dtype_size(c->opt.dtype);
   size_t whole = l->send_elems > l->recv_elems ? l->send_elems : l->recv_elems;
-  memset(c->recv, 0, (in_place ? whole : l->recv_elems) * esz);
+  enum bench_memory m = c->opt.memory;
+  copy_or_die(c, bench_zero(m, c->recv, (in_place ? whole : l->recv_elems) *
+                                            esz),
+              "zeroing the output");
+  char *send = host_of(c, call.send);
   for (size_t i = 0; i < l->send_elems; i++)
-    bench_store((void *)call.send, i, c->opt.dtype,
-                bench_input(&c->ref, c->rank, i));
+    bench_store(send, i, c->opt.dtype, bench_input(&c->ref, c->rank, i));
+  copy_or_die(c, bench_upload(m, (void *)call.send, send,
+                              l->send_elems * esz),
+              "copying the input in");
   if (tr != NULL)
     counted_call(c, &call, tr);
   else
     run_once(c, &call);
   size_t n = c->opt.coll->result_elems(&c->ref);
+  char *recv = host_of(c, call.recv);
+  copy_or_die(c, bench_download(m, recv, call.recv, n * esz),
+              "copying the result out");
   if (c->opt.corrupt && !in_place && n > 0 && c->rank == corrupt_rank(c)) {
-    double v = bench_load(call.recv, n / 2, c->opt.dtype);
-    bench_store(call.recv, n / 2, c->opt.dtype, v + 1 + fabs(v));
+    double v = bench_load(recv, n / 2, c->opt.dtype);
+    bench_store(recv, n / 2, c->opt.dtype, v + 1 + fabs(v));
   }
-  long long wrong = count_wrong(c, call.recv);
+  long long wrong = count_wrong(c, recv);
   CHECK(c, hoop_allreduce(c->comm, &wrong, &wrong, 1, HOOP_I64, HOOP_SUM,
                           NULL));
   return wrong;
@@ -395,11 +433,12 @@ static void time_call(struct ctx *c, const struct bench_call *call,
 static void print_header(const struct ctx *c) {
   const struct bench_coll *k = c->opt.coll;
   printf("# hoop-bench %s: %d ranks, %s %s, root %d, algorithm %s, %d "
-         "warm-up and %d timed iterations, check %s\n",
+         "warm-up and %d timed iterations, check %s, %s buffers\n",
          k->name, c->nranks, hoop_dtype_name(c->opt.dtype),
          k->reduces ? hoop_op_name(c->opt.op) : "none",
          k->rooted ? c->opt.root : -1, hoop_algo_name(c->opt.algo),
-         c->opt.warmup, c->opt.iters, c->opt.check ? "on" : "off");
+         c->opt.warmup, c->opt.iters, c->opt.check ? "on" : "off",
+         c->opt.memory == BENCH_CUDA ? "cuda" : "host");
   printf("# time: median over iterations of the slowest rank; busbw = "
          "algbw * %s\n", k->bus_factor_text);
   if (c->opt.traffic)
@@ -544,10 +583,15 @@ int main(int argc, char **argv) {
                              .root = c.opt.root, .dtype = c.opt.dtype,
                              .op = c.opt.op, .reduces = c.opt.coll->reduces};
   size_t esz = hoop_dtype_size(c.opt.dtype);
-  c.send = malloc(c.opt.max_bytes + esz);
-  c.recv = malloc(c.opt.max_bytes + esz);
+  enum bench_memory m = c.opt.memory;
+  c.send = bench_alloc(m, c.opt.max_bytes + esz);
+  c.recv = bench_alloc(m, c.opt.max_bytes + esz);
+  c.hsend = m == BENCH_HOST ? c.send : malloc(c.opt.max_bytes + esz);
+  c.hrecv = m == BENCH_HOST ? c.recv : malloc(c.opt.max_bytes + esz);
+  c.stream = bench_stream(m);
   c.times = malloc(sizeof *c.times * (size_t)c.opt.iters);
-  if (c.send == NULL || c.recv == NULL || c.times == NULL) {
+  if (c.send == NULL || c.recv == NULL || c.hsend == NULL ||
+      c.hrecv == NULL || c.times == NULL || (m == BENCH_CUDA && !c.stream)) {
     fprintf(stderr, "hoop-bench: out of memory for %zu-byte buffers\n",
             c.opt.max_bytes);
     return 1;
@@ -571,8 +615,12 @@ int main(int argc, char **argv) {
   if (c.json != NULL)
     fclose(c.json);
   CHECK(&c, hoop_comm_destroy(c.comm));
-  free(c.send);
-  free(c.recv);
+  if (m != BENCH_HOST) {
+    free(c.hsend);
+    free(c.hrecv);
+  }
+  bench_free(m, c.send);
+  bench_free(m, c.recv);
   free(c.times);
   /*
    * Every rank knows the total, but only rank 0 reports it and fails: a

@@ -194,8 +194,22 @@ HOOP_API hoop_result_t hoop_comm_size(hoop_comm_t comm, int *nranks);
 HOOP_API const char *hoop_comm_last_error(hoop_comm_t comm);
 
 /*
+ * The first error of a call on device buffers that failed after it had
+ * returned (like ncclCommGetAsyncError), or HOOP_SUCCESS; never waits.
+ * Such a failure breaks the communicator, and its text is in
+ * hoop_comm_last_error().
+ */
+HOOP_API hoop_result_t hoop_comm_get_async_error(hoop_comm_t comm,
+                                                 hoop_result_t *error);
+
+/*
  * Collectives follow NCCL's conventions.  Counts are in elements.  A call
- * blocks until the result is in `recvbuf` (host buffers).  After an error
+ * on host buffers blocks until the result is in `recvbuf` (with a stream,
+ * it first waits for the work queued there).  A call on CUDA device
+ * buffers (builds with CUDA) is queued behind the work on `stream` and
+ * returns; the result is ready when the stream reaches it, and work queued
+ * on the stream after the call sees it.  All ranks pass the same kind of
+ * memory in a call; NULL is CUDA's legacy default stream.  After an error
  * that involved a peer (timeout, lost connection, mismatched calls) the
  * communicator is broken: later calls fail at once and it must be
  * destroyed; argument errors leave it usable.
@@ -250,7 +264,8 @@ HOOP_API hoop_result_t hoop_reduce(hoop_comm_t comm, const void *sendbuf,
 HOOP_API hoop_result_t hoop_barrier(hoop_comm_t comm);
 
 /*
- * Point to point.  Outside a group each call blocks until done.  Between
+ * Point to point, on host buffers (device buffers: HOOP_ERR_UNSUPPORTED
+ * for now).  Outside a group each call blocks until done.  Between
  * hoop_group_start() and hoop_group_end() calls are queued and run
  * together at hoop_group_end(), so that matching sends and receives
  * between several peers cannot deadlock; messages between two ranks match
@@ -268,7 +283,8 @@ HOOP_API hoop_result_t hoop_group_end(void);
 
 /*
  * alltoall: block p of rank r's sendbuf (count elements) lands in block r
- *   of rank p's recvbuf.  sendbuf and recvbuf must not overlap.
+ *   of rank p's recvbuf.  sendbuf and recvbuf must not overlap.  Host
+ *   buffers only, like send and recv.
  */
 HOOP_API hoop_result_t hoop_alltoall(hoop_comm_t comm, const void *sendbuf,
                                      void *recvbuf, size_t count,

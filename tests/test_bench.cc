@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "harness.h"
+#include "hoop_build_config.h"
 
 namespace {
 
@@ -176,7 +177,6 @@ TEST_P(BenchBadFlags, ExitTwoWithAMessage) {
 INSTANTIATE_TEST_SUITE_P(
     Bench, BenchBadFlags,
     ::testing::Values(
-        BadFlags{"-m cuda", "-m cuda: not built with CUDA"},
         BadFlags{"-m disk", "unknown memory \"disk\""},
         BadFlags{"-C gather", "unknown collective \"gather\""},
         BadFlags{"-C broadcast -a ps", "-a ps: broadcast offers auto ring tree"},
@@ -191,6 +191,30 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<BadFlags> &p) {
       return "case" + std::to_string(p.index);
     });
+
+// -m cuda runs and checks every element where a GPU is usable; elsewhere
+// it exits 2 saying why (no CUDA in this build, or no usable device).
+TEST(Bench, CudaMemoryRunsOrIsRefusedWithAReason) {
+  Output out = run_shell(std::string(HOOP_RUN_PATH) + " --no-prefix -n 2 " +
+                         HOOP_BENCH_PATH +
+                         " -m cuda -b 1K -e 256K -f 16 -n 2 -w 1");
+  if (out.status != 0) {
+    EXPECT_EQ(out.status, 2) << out.text;
+    EXPECT_NE(out.text.find("-m cuda: "), std::string::npos) << out.text;
+    if (!HOOP_HAVE_CUDA) {
+      EXPECT_NE(out.text.find("has no CUDA"), std::string::npos) << out.text;
+    }
+    return;
+  }
+  EXPECT_NE(out.text.find("cuda buffers"), std::string::npos) << out.text;
+  auto rows = hooptest::bench_rows(out.text);
+  ASSERT_EQ(rows.size(), 3u) << out.text;
+  for (const auto &r : rows) {
+    ASSERT_EQ(r.size(), 13u) << out.text;
+    EXPECT_EQ(r[8], "0") << out.text;
+    EXPECT_EQ(r[12], "0") << out.text;
+  }
+}
 
 // nccl-tests spellings pick the same collective.
 TEST(Bench, AcceptsNcclTestsNames) {

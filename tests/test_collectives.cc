@@ -6,7 +6,9 @@
 // Every rank checks its result against reference.h.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cinttypes>
+#include <functional>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -261,6 +263,151 @@ TEST(CollectivesThreads, TwoCommunicatorsInTwoThreadsOfEachRank) {
                     "%d and %d failures", failures[0], failures[1]);
       },
       opt);
+  EXPECT_TRUE(r.all_ok()) << describe(r);
+}
+
+// A communicator runs a recent plan again when a call matches it exactly
+// (same buffers, count, dtype, op, root, algorithm setting).  Calls that
+// differ in any one of those, more distinct calls than it keeps, and new
+// data every round must all still give the reference result.
+TEST(PlanCache, RepeatedAndInterleavedCallsMatchReference) {
+  RunResult r = run_ranks(
+      3, [](RankLog &log, hoop_comm_t comm, int rank, int nranks) {
+        const size_t n = 999; // three blocks of 333
+        std::vector<int64_t> a(n), b(n);
+        auto value = [](int q, int round, int call, size_t i) {
+          return (int64_t)((q + 1) * 1000003 + round * 7919 + call * 31 +
+                           (int64_t)i);
+        };
+        auto fill = [&](std::vector<int64_t> &v, int round, int call) {
+          for (size_t i = 0; i < n; i++)
+            v[i] = value(rank, round, call, i);
+        };
+        auto sum = [&](int round, int call, size_t i) {
+          int64_t s = 0;
+          for (int q = 0; q < nranks; q++)
+            s += value(q, round, call, i);
+          return s;
+        };
+        auto expect = [&](const std::vector<int64_t> &v, size_t from,
+                          size_t to, const std::function<int64_t(size_t)> &want,
+                          const char *what, int round) {
+          size_t wrong = 0;
+          for (size_t i = from; i < to; i++)
+            wrong += v[i] != want(i);
+          RANK_EXPECT(log, wrong == 0, "round %d %s: %zu wrong", round, what,
+                      wrong);
+        };
+        for (int round = 0; round < 3; round++) {
+          int call = 0;
+          auto allreduce = [&](hoop_algo_t algo, size_t count, bool in_place,
+                               const char *what) {
+            call++;
+            fill(a, round, call);
+            std::fill(b.begin(), b.end(), -7);
+            RANK_EXPECT_OK(log, comm, hoop_comm_set_algo(comm, algo));
+            RANK_EXPECT_OK(log, comm,
+                           hoop_allreduce(comm, a.data(),
+                                          in_place ? a.data() : b.data(),
+                                          count, HOOP_I64, HOOP_SUM, nullptr));
+            expect(in_place ? a : b, 0, count,
+                   [&](size_t i) { return sum(round, call, i); }, what,
+                   round);
+            // Past the count: left alone (the input, or what b held).
+            expect(in_place ? a : b, count, n,
+                   [&](size_t i) {
+                     return in_place ? value(rank, round, call, i) : -7;
+                   },
+                   "past the count", round);
+          };
+          allreduce(HOOP_ALGO_AUTO, n, false, "allreduce");
+          allreduce(HOOP_ALGO_AUTO, n, true, "allreduce in place");
+          allreduce(HOOP_ALGO_AUTO, n - 2, false, "allreduce, shorter");
+          allreduce(HOOP_ALGO_RING, n, false, "ring allreduce");
+          allreduce(HOOP_ALGO_TREE, n, false, "tree allreduce");
+          allreduce(HOOP_ALGO_PS, n, false, "ps allreduce");
+          RANK_EXPECT_OK(log, comm, hoop_comm_set_algo(comm, HOOP_ALGO_AUTO));
+
+          call++;
+          fill(a, round, call);
+          RANK_EXPECT_OK(log, comm,
+                         hoop_allreduce(comm, a.data(), b.data(), n, HOOP_I64,
+                                        HOOP_MAX, nullptr));
+          expect(b, 0, n,
+                 [&](size_t i) { return value(nranks - 1, round, call, i); },
+                 "max", round);
+
+          call++;
+          fill(a, round, call);
+          size_t block = n / (size_t)nranks;
+          RANK_EXPECT_OK(log, comm,
+                         hoop_reduce_scatter(comm, a.data(), b.data(), block,
+                                             HOOP_I64, HOOP_SUM, nullptr));
+          expect(b, 0, block,
+                 [&](size_t i) {
+                   return sum(round, call, (size_t)rank * block + i);
+                 },
+                 "reduce_scatter", round);
+
+          call++;
+          fill(a, round, call);
+          RANK_EXPECT_OK(log, comm,
+                         hoop_allgather(comm, a.data(), b.data(), block,
+                                        HOOP_I64, nullptr));
+          expect(b, 0, n,
+                 [&](size_t i) {
+                   return value((int)(i / block), round, call, i % block);
+                 },
+                 "allgather", round);
+
+          call++;
+          fill(a, round, call);
+          RANK_EXPECT_OK(log, comm,
+                         hoop_broadcast(comm, a.data(), b.data(), n, HOOP_I64,
+                                        1, nullptr));
+          expect(b, 0, n, [&](size_t i) { return value(1, round, call, i); },
+                 "broadcast", round);
+
+          call++;
+          fill(a, round, call);
+          RANK_EXPECT_OK(log, comm,
+                         hoop_reduce(comm, a.data(), b.data(), n, HOOP_I64,
+                                     HOOP_SUM, 2, nullptr));
+          if (rank == 2)
+            expect(b, 0, n, [&](size_t i) { return sum(round, call, i); },
+                   "reduce", round);
+          RANK_EXPECT_OK(log, comm, hoop_barrier(comm));
+        }
+      });
+  EXPECT_TRUE(r.all_ok()) << describe(r);
+}
+
+// A ring plan on four ranks points into the communicator's scratch (its
+// outbox); a tree reduce larger than that outbox moves the scratch on rank
+// 1, and the ring plan must then be rebuilt, not run with the old address.
+TEST(PlanCache, PlansIntoMovedScratchAreRebuilt) {
+  RunResult r = run_ranks(
+      4, [](RankLog &log, hoop_comm_t comm, int rank, int nranks) {
+        RANK_EXPECT_OK(log, comm, hoop_comm_set_algo(comm, HOOP_ALGO_RING));
+        std::vector<int64_t> v(1 << 20), big(2 << 20, rank);
+        for (int round = 0; round < 2; round++) {
+          std::fill(v.begin(), v.end(), rank + round);
+          RANK_EXPECT_OK(log, comm,
+                         hoop_allreduce(comm, v.data(), v.data(), v.size(),
+                                        HOOP_I64, HOOP_SUM, nullptr));
+          int64_t want = nranks * (nranks - 1) / 2 + nranks * round;
+          size_t wrong = 0;
+          for (int64_t x : v)
+            wrong += x != want;
+          RANK_EXPECT(log, wrong == 0, "round %d: %zu wrong", round, wrong);
+          // A tree reduce sums into scratch on inner nodes below the root.
+          RANK_EXPECT_OK(log, comm, hoop_comm_set_algo(comm, HOOP_ALGO_TREE));
+          RANK_EXPECT_OK(log, comm,
+                         hoop_reduce(comm, big.data(), big.data(), big.size(),
+                                     HOOP_I64, HOOP_SUM, 0, nullptr));
+          RANK_EXPECT_OK(log, comm, hoop_comm_set_algo(comm, HOOP_ALGO_RING));
+        }
+      });
   EXPECT_TRUE(r.all_ok()) << describe(r);
 }
 

@@ -151,6 +151,21 @@ TEST(Topology, UnknownTransportIsRefusedByName) {
       << out.text;
 }
 
+TEST(Shm, BadRingGeometryIsRefusedByName) {
+  for (const char *setting :
+       {"HOOP_SHM_SLOTS=1", "HOOP_SHM_SLOTS=65", "HOOP_SHM_SLOT_BYTES=100",
+        "HOOP_SHM_SLOT_BYTES=5000", "HOOP_SHM_SLOT_BYTES=128M"}) {
+    hooptest::ShellOutput out = run_shell(std::string(setting) + " " +
+                                          HOOP_RUN_PATH + " -n 2 " +
+                                          HOOP_EXAMPLE_PATH);
+    EXPECT_NE(out.status, 0) << setting << ": " << out.text;
+    std::string name(setting, strchr(setting, '=') - setting + 1);
+    EXPECT_NE(out.text.find(name), std::string::npos) << out.text;
+    EXPECT_NE(out.text.find("invalid argument"), std::string::npos)
+        << out.text;
+  }
+}
+
 TEST(Shm, SegmentsAreUnlinkedOnceMapped) {
   RunResult r = run_ranks(4, [](RankLog &log, hoop_comm_t comm, int, int) {
     // Joining connected every pair; each segment is mapped by now.

@@ -10,6 +10,8 @@
 #include <string.h>
 
 #include "collectives/algorithms.h"
+#include "collectives/collectives.h"
+#include "collectives/device.h"
 #include "collectives/model.h"
 #include "collectives/ring.h"
 #include "core/bootstrap.h"
@@ -18,7 +20,7 @@
 #include "core/error.h"
 #include "transport/transport.h"
 
-static const char *api_name(hoop_coll_t coll) {
+const char *hoop__collective_name(hoop_coll_t coll) {
   switch (coll) {
   case HOOP_COLL_ALLREDUCE: return "hoop_allreduce";
   case HOOP_COLL_REDUCE_SCATTER: return "hoop_reduce_scatter";
@@ -49,7 +51,7 @@ static void needs_buffers(const struct hoop_comm *comm,
  */
 static hoop_result_t check_args(struct hoop_comm *comm, struct hoop_call *c,
                                 size_t per_rank, size_t mult, int has_op) {
-  const char *what = api_name(c->coll);
+  const char *what = hoop__collective_name(c->coll);
   c->elem_size = hoop_dtype_size(c->dtype);
   if (c->elem_size == 0)
     return HOOP_ERROR(comm, HOOP_ERR_INVALID_ARGUMENT,
@@ -107,7 +109,7 @@ static hoop_result_t check_aliasing(struct hoop_comm *comm,
     return HOOP_ERROR(comm, HOOP_ERR_INVALID_ARGUMENT,
                       "%s: sendbuf and recvbuf overlap but are not the "
                       "in-place layout",
-                      api_name(c->coll));
+                      hoop__collective_name(c->coll));
   return HOOP_SUCCESS;
 }
 
@@ -174,43 +176,98 @@ static hoop_result_t build(struct hoop_plan *plan, const struct hoop_call *c) {
   }
 }
 
-/*
- * Runs one collective whose arguments are checked.  `label` is what the
- * header and the counters call it (a barrier runs as an all-reduce).
- */
-static hoop_result_t run_plan(struct hoop_comm *comm, struct hoop_call *c,
-                              hoop_coll_t label, size_t header_count) {
-  long long t0 = hoop__now_ns();
-  struct hoop_plan plan;
-  hoop__plan_init(&plan, comm, c->dtype, c->op);
-  plan.header = (struct hoop_wire_header){
+static struct hoop_plan_key plan_key(const struct hoop_comm *comm,
+                                     const struct hoop_call *c,
+                                     hoop_coll_t label, size_t header_count) {
+  return (struct hoop_plan_key){
+      .send = c->send,
+      .recv = c->recv,
+      .count = header_count,
+      .scratch_gen = comm->scratch_gen,
+      .coll = (int32_t)label,
+      .dtype = (int32_t)c->dtype,
+      .op = (int32_t)c->op,
+      .root = c->root,
+      .setting = (int32_t)comm->algo,
+  };
+}
+
+/* A cached plan built for exactly this call, or NULL. */
+static struct hoop_plan *cached_plan(struct hoop_comm *comm,
+                                     const struct hoop_plan_key *key) {
+  for (int i = 0; i < HOOP_PLAN_CACHE; i++) {
+    struct hoop_plan *plan = &comm->plans[i];
+    if (plan->prepared && memcmp(&plan->key, key, sizeof *key) == 0) {
+      comm->plan_used[i] = comm->seq;
+      return plan;
+    }
+  }
+  return NULL;
+}
+
+/* Builds the plan for a call in place of the least recently used one. */
+static hoop_result_t build_plan(struct hoop_comm *comm,
+                                const struct hoop_call *c,
+                                const struct hoop_plan_key *key,
+                                struct hoop_plan **out) {
+  int slot = 0;
+  for (int i = 1; i < HOOP_PLAN_CACHE; i++) {
+    if (comm->plan_used[i] < comm->plan_used[slot])
+      slot = i;
+  }
+  comm->plan_used[slot] = comm->seq;
+  struct hoop_plan *plan = *out = &comm->plans[slot];
+  hoop__plan_free(plan);
+  hoop__plan_init(plan, comm, c->dtype, c->op);
+  plan->header = (struct hoop_wire_header){
       .magic = HOOP_WIRE_MAGIC,
       .version = HOOP_WIRE_VERSION,
-      .coll = (uint8_t)label,
+      .coll = (uint8_t)key->coll,
       .dtype = (uint8_t)c->dtype,
       .op = (uint8_t)c->op,
-      .seq = comm->seq,
-      .count = header_count,
+      .count = key->count,
       .slice_bytes = (uint32_t)comm->slice_bytes,
       .root = c->root,
       .sender = comm->rank,
       .nchannels = 1,
       .algo = (uint8_t)c->algo,
   };
-  hoop_result_t res = build(&plan, c);
+  hoop_result_t res = build(plan, c);
+  /* Building may move the scratch that this plan and others point into. */
+  plan->key = *key;
+  plan->key.scratch_gen = comm->scratch_gen;
+  return res;
+}
+
+/*
+ * Runs one collective whose arguments are checked, with its cached plan
+ * or a new one.  The key's label is what the header and the counters call
+ * it (a barrier runs as an all-reduce).
+ */
+static hoop_result_t run_plan(struct hoop_comm *comm, struct hoop_call *c,
+                              const struct hoop_plan_key *key,
+                              struct hoop_plan *plan) {
+  long long t0 = hoop__now_ns();
+  hoop_result_t res = HOOP_SUCCESS;
+  if (plan == NULL)
+    res = build_plan(comm, c, key, &plan);
+  plan->header.seq = comm->seq;
   if (res == HOOP_SUCCESS)
-    res = hoop__engine_run(&plan);
+    res = hoop__engine_run(plan);
   if (res == HOOP_SUCCESS) {
-    hoop__stats_count(comm, &plan, label, c->algo, hoop__now_ns() - t0);
-  } else if (res != HOOP_ERR_NO_MEMORY) {
+    hoop__stats_count(comm, plan, (hoop_coll_t)key->coll, c->algo,
+                      hoop__now_ns() - t0);
+    return HOOP_SUCCESS;
+  }
+  if (res != HOOP_ERR_NO_MEMORY) {
     char call_desc[240], cause[HOOP_ERROR_MAX];
-    hoop__describe_call(&plan.header, call_desc, sizeof call_desc);
+    hoop__describe_call(&plan->header, call_desc, sizeof call_desc);
     memcpy(cause, comm->last_error, sizeof cause);
     HOOP_ERROR(comm, res, "rank %d: %s failed: %s", comm->rank, call_desc,
                cause);
     hoop__comm_break(comm, res);
   }
-  hoop__plan_free(&plan);
+  hoop__plan_free(plan);
   return res;
 }
 
@@ -225,23 +282,32 @@ static void run_single(const struct hoop_call *c) {
 }
 
 /*
- * `per_rank` is the count the user passed; for reduce-scatter and
- * all-gather it is one rank's block of a buffer nranks times larger.
+ * Checks a call's arguments.  `per_rank` is the count the user passed; for
+ * reduce-scatter and all-gather it is one rank's block of a buffer nranks
+ * times larger.
  */
-static hoop_result_t run(struct hoop_comm *comm, struct hoop_call *c,
-                         size_t per_rank, hoop_coll_t label) {
-  hoop_result_t res = HOOP_SUCCESS;
-  HOOP_CHECK(hoop__comm_enter(comm, api_name(label)));
+static hoop_result_t check_call(struct hoop_comm *comm, struct hoop_call *c,
+                                size_t per_rank) {
   int blocks = c->coll == HOOP_COLL_REDUCE_SCATTER ||
                c->coll == HOOP_COLL_ALLGATHER;
   size_t mult = blocks ? (size_t)comm->nranks : 1;
   int has_op = c->coll != HOOP_COLL_ALLGATHER &&
                c->coll != HOOP_COLL_BROADCAST;
-  HOOP_CHECK_GOTO(check_args(comm, c, per_rank, mult, has_op), res, out);
-  HOOP_CHECK_GOTO(check_aliasing(comm, c, per_rank * c->elem_size), res,
-                  out);
+  HOOP_CHECK(check_args(comm, c, per_rank, mult, has_op));
+  return check_aliasing(comm, c, per_rank * c->elem_size);
+}
+
+hoop_result_t hoop__collective_run(struct hoop_comm *comm,
+                                   struct hoop_call *c, size_t per_rank,
+                                   hoop_coll_t label) {
+  hoop_result_t res = HOOP_SUCCESS;
+  HOOP_CHECK(hoop__comm_enter(comm, hoop__collective_name(label)));
+  HOOP_CHECK_GOTO(check_call(comm, c, per_rank), res, out);
   c->slice_bytes = comm->slice_bytes / c->elem_size * c->elem_size;
-  c->algo = hoop__choose_algo(comm, c->coll, c->bytes);
+  struct hoop_plan_key key = plan_key(comm, c, label, per_rank);
+  struct hoop_plan *cached = cached_plan(comm, &key);
+  c->algo = cached != NULL ? (hoop_algo_t)cached->header.algo
+                           : hoop__choose_algo(comm, c->coll, c->bytes);
   comm->seq++;
   /* The ring never sends a rank its own block; all-gather copies it. */
   if (c->coll == HOOP_COLL_ALLGATHER && per_rank > 0) {
@@ -256,10 +322,30 @@ static hoop_result_t run(struct hoop_comm *comm, struct hoop_call *c,
   if (comm->nranks == 1)
     run_single(c);
   else
-    res = run_plan(comm, c, label, per_rank);
+    res = run_plan(comm, c, &key, cached);
 out:
   hoop__comm_leave(comm);
   return res;
+}
+
+/*
+ * Device buffers are queued behind their stream; host buffers run now,
+ * after any device calls queued before them.
+ */
+static hoop_result_t dispatch(struct hoop_comm *comm, struct hoop_call *c,
+                              size_t per_rank, hoop_coll_t label,
+                              hoop_stream_t stream) {
+  const char *what = hoop__collective_name(label);
+  HOOP_CHECK(hoop__comm_check_live(comm, what));
+  int on_device = 0;
+  HOOP_CHECK(hoop__device_classify(comm, what, c->send, c->recv, stream,
+                                   &on_device));
+  if (on_device) {
+    HOOP_CHECK(check_call(comm, c, per_rank));
+    return hoop__device_enqueue(comm, c, per_rank, label, stream);
+  }
+  HOOP_CHECK(hoop__device_drain(comm));
+  return hoop__collective_run(comm, c, per_rank, label);
 }
 
 hoop_result_t hoop_allreduce(hoop_comm_t comm, const void *sendbuf,
@@ -267,7 +353,7 @@ hoop_result_t hoop_allreduce(hoop_comm_t comm, const void *sendbuf,
                              hoop_op_t op, hoop_stream_t stream) {
   struct hoop_call c = {.coll = HOOP_COLL_ALLREDUCE, .send = sendbuf,
                         .recv = recvbuf, .dtype = dtype, .op = op};
-  return run(comm, &c, count, HOOP_COLL_ALLREDUCE);
+  return dispatch(comm, &c, count, HOOP_COLL_ALLREDUCE, stream);
 }
 
 hoop_result_t hoop_reduce_scatter(hoop_comm_t comm, const void *sendbuf,
@@ -276,7 +362,7 @@ hoop_result_t hoop_reduce_scatter(hoop_comm_t comm, const void *sendbuf,
                                   hoop_stream_t stream) {
   struct hoop_call c = {.coll = HOOP_COLL_REDUCE_SCATTER, .send = sendbuf,
                         .recv = recvbuf, .dtype = dtype, .op = op};
-  return run(comm, &c, recvcount, HOOP_COLL_REDUCE_SCATTER);
+  return dispatch(comm, &c, recvcount, HOOP_COLL_REDUCE_SCATTER, stream);
 }
 
 hoop_result_t hoop_allgather(hoop_comm_t comm, const void *sendbuf,
@@ -285,7 +371,7 @@ hoop_result_t hoop_allgather(hoop_comm_t comm, const void *sendbuf,
   /* The op travels in the header; all-gather's is fixed. */
   struct hoop_call c = {.coll = HOOP_COLL_ALLGATHER, .send = sendbuf,
                         .recv = recvbuf, .dtype = dtype, .op = HOOP_SUM};
-  return run(comm, &c, sendcount, HOOP_COLL_ALLGATHER);
+  return dispatch(comm, &c, sendcount, HOOP_COLL_ALLGATHER, stream);
 }
 
 hoop_result_t hoop_broadcast(hoop_comm_t comm, const void *sendbuf,
@@ -294,7 +380,7 @@ hoop_result_t hoop_broadcast(hoop_comm_t comm, const void *sendbuf,
   struct hoop_call c = {.coll = HOOP_COLL_BROADCAST, .send = sendbuf,
                         .recv = recvbuf, .dtype = dtype, .op = HOOP_SUM,
                         .root = root};
-  return run(comm, &c, count, HOOP_COLL_BROADCAST);
+  return dispatch(comm, &c, count, HOOP_COLL_BROADCAST, stream);
 }
 
 hoop_result_t hoop_reduce(hoop_comm_t comm, const void *sendbuf,
@@ -303,7 +389,7 @@ hoop_result_t hoop_reduce(hoop_comm_t comm, const void *sendbuf,
   struct hoop_call c = {.coll = HOOP_COLL_REDUCE, .send = sendbuf,
                         .recv = recvbuf, .dtype = dtype, .op = op,
                         .root = root};
-  return run(comm, &c, count, HOOP_COLL_REDUCE);
+  return dispatch(comm, &c, count, HOOP_COLL_REDUCE, stream);
 }
 
 hoop_result_t hoop_barrier(hoop_comm_t comm) {
@@ -311,5 +397,15 @@ hoop_result_t hoop_barrier(hoop_comm_t comm) {
   char token = 0;
   struct hoop_call c = {.coll = HOOP_COLL_ALLREDUCE, .send = &token,
                         .recv = &token, .dtype = HOOP_U8, .op = HOOP_SUM};
-  return run(comm, &c, 1, HOOP_COLL_BARRIER);
+  return dispatch(comm, &c, 1, HOOP_COLL_BARRIER, NULL);
+}
+
+hoop_result_t hoop_comm_get_async_error(hoop_comm_t comm,
+                                        hoop_result_t *error) {
+  HOOP_CHECK(hoop__comm_check_live(comm, "hoop_comm_get_async_error"));
+  if (error == NULL)
+    return HOOP_ERROR(comm, HOOP_ERR_INVALID_ARGUMENT,
+                      "hoop_comm_get_async_error: error is NULL");
+  *error = hoop__device_async_error(comm);
+  return HOOP_SUCCESS;
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "collectives/algorithms.h"
+#include "collectives/device.h"
 #include "core/bootstrap.h"
 #include "core/comm.h"
 #include "core/error.h"
@@ -167,10 +168,30 @@ static hoop_result_t check_message(struct hoop_comm *comm, const char *what,
   return HOOP_SUCCESS;
 }
 
+/*
+ * Point-to-point calls take host buffers only, and run after the device
+ * calls queued before them so that every rank keeps its call order.
+ */
+static hoop_result_t host_buffers_only(struct hoop_comm *comm,
+                                       const char *what, const void *a,
+                                       const void *b, hoop_stream_t stream) {
+  HOOP_CHECK(hoop__comm_check_live(comm, what));
+  int on_device = 0;
+  HOOP_CHECK(hoop__device_classify(comm, what, a, b, stream, &on_device));
+  if (on_device)
+    return HOOP_ERROR(comm, HOOP_ERR_UNSUPPORTED,
+                      "%s: device buffers are not supported by send, recv "
+                      "and alltoall yet; copy them to host memory",
+                      what);
+  return hoop__device_drain(comm);
+}
+
 static hoop_result_t point_to_point(struct hoop_comm *comm, int send,
                                     const void *buf, size_t count,
-                                    hoop_dtype_t dtype, int peer) {
+                                    hoop_dtype_t dtype, int peer,
+                                    hoop_stream_t stream) {
   const char *what = send ? "hoop_send" : "hoop_recv";
+  HOOP_CHECK(host_buffers_only(comm, what, buf, NULL, stream));
   HOOP_CHECK(hoop__comm_enter(comm, what));
   struct p2p_request req = {.send = send, .buf = (char *)buf, .peer = peer};
   hoop_result_t res = check_message(comm, what, buf, count, dtype, peer,
@@ -185,12 +206,12 @@ static hoop_result_t point_to_point(struct hoop_comm *comm, int send,
 
 hoop_result_t hoop_send(hoop_comm_t comm, const void *buf, size_t count,
                         hoop_dtype_t dtype, int peer, hoop_stream_t stream) {
-  return point_to_point(comm, 1, buf, count, dtype, peer);
+  return point_to_point(comm, 1, buf, count, dtype, peer, stream);
 }
 
 hoop_result_t hoop_recv(hoop_comm_t comm, void *buf, size_t count,
                         hoop_dtype_t dtype, int peer, hoop_stream_t stream) {
-  return point_to_point(comm, 0, buf, count, dtype, peer);
+  return point_to_point(comm, 0, buf, count, dtype, peer, stream);
 }
 
 hoop_result_t hoop_group_start(void) {
@@ -220,6 +241,8 @@ hoop_result_t hoop_group_end(void) {
 hoop_result_t hoop_alltoall(hoop_comm_t comm, const void *sendbuf,
                             void *recvbuf, size_t count, hoop_dtype_t dtype,
                             hoop_stream_t stream) {
+  HOOP_CHECK(host_buffers_only(comm, "hoop_alltoall", sendbuf, recvbuf,
+                               stream));
   HOOP_CHECK(hoop__comm_enter(comm, "hoop_alltoall"));
   int n = comm->nranks;
   size_t block = 0;

@@ -11,7 +11,10 @@
 #include <stdint.h>
 
 #include "hoop.h"
+#include "core/engine.h"
 #include "core/socket.h"
+
+#define HOOP_PLAN_CACHE 8
 
 #define HOOP_ERROR_MAX 512
 #define HOOP_MAX_RANKS 65536
@@ -80,10 +83,27 @@ struct hoop_comm {
 
   void *scratch; /* per-channel outboxes of the pipelined schedules */
   size_t scratch_bytes;
+  uint64_t scratch_gen; /* bumped when scratch moves */
+
+  /*
+   * Recent collectives' plans, run again by matching calls (engine.h):
+   * enough for a training step's buckets and the barrier between calls.
+   */
+  struct hoop_plan plans[HOOP_PLAN_CACHE];
+  uint64_t plan_used[HOOP_PLAN_CACHE]; /* seq of each plan's last call */
+
+  struct hoop_device *device; /* device-buffer proxy, made on first use */
 
   char last_error[HOOP_ERROR_MAX];
   char broken_reason[HOOP_ERROR_MAX]; /* the error that broke it */
 };
+
+/*
+ * HOOP_SUCCESS when `comm` is a live communicator, else an error naming
+ * `what`.  Unlike hoop__comm_enter it does not claim the communicator.
+ */
+hoop_result_t hoop__comm_check_live(const struct hoop_comm *comm,
+                                    const char *what);
 
 /* "rank 3 (10.0.0.2:41234, host node7)", for error messages. */
 const char *hoop__peer_desc(const struct hoop_comm *comm, int peer,
@@ -119,8 +139,6 @@ void hoop__comm_break(struct hoop_comm *comm, hoop_result_t result);
  * that arrive meanwhile are kept for hoop__comm_open_socket().
  */
 hoop_result_t hoop__comm_check_notices(struct hoop_comm *comm, int wait_ms);
-
-struct hoop_plan;
 
 /* Adds what a finished plan moved, and its time, to the counters. */
 void hoop__stats_count(struct hoop_comm *comm, const struct hoop_plan *plan,

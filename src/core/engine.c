@@ -438,8 +438,6 @@ static hoop_result_t prepare(struct hoop_plan *p) {
      * A sent header says what this rank sends and expects back; a
      * received one is compared with the same from this rank's side.
      */
-    if (l->conn->ops->begin_stream != NULL)
-      l->conn->ops->begin_stream(l->conn, l->send);
     l->header = p->header;
     l->header.link_bytes = announced(p, l);
     l->header.back_bytes = announced(p, &p->links[l->twin]);
@@ -460,9 +458,28 @@ static hoop_result_t prepare(struct hoop_plan *p) {
   return HOOP_SUCCESS;
 }
 
+/* Resets a prepared plan's progress and opens its streams for this call. */
+static void start(struct hoop_plan *p) {
+  for (int i = 0; i < p->nops; i++)
+    p->ops[i].done = 0;
+  for (int i = 0; i < p->nlinks; i++) {
+    struct hoop_link *l = &p->links[i];
+    l->cur = 0;
+    l->hdr_done = 0;
+    l->want_poll = 0;
+    l->header.seq = p->header.seq;
+    if (l->conn->ops->begin_stream != NULL)
+      l->conn->ops->begin_stream(l->conn, l->send);
+  }
+}
+
 hoop_result_t hoop__engine_run(struct hoop_plan *p) {
   struct hoop_comm *comm = p->comm;
-  HOOP_CHECK(prepare(p));
+  if (!p->prepared) {
+    HOOP_CHECK(prepare(p));
+    p->prepared = 1;
+  }
+  start(p);
   long long deadline = hoop__now_ms() + comm->timeout_ms;
   long long idle_since_ns = hoop__now_ns();
   for (;;) {

@@ -103,8 +103,32 @@ struct hoop_link {
   int want_poll;         /* waiting on the connection, not on an op */
 };
 
+/*
+ * What a collective's plan was built for.  Training repeats the same calls
+ * on the same buffers, so the communicator keeps its last plan and runs it
+ * again when the next call has the same key, instead of building, pairing
+ * and sorting it anew (a third of a 4 KiB all-reduce over shm).  The plan
+ * may point into the communicator's scratch, hence its generation.
+ */
+struct hoop_plan_key {
+  const void *send;
+  const void *recv;
+  uint64_t count;        /* what the header announces */
+  uint64_t scratch_gen;
+  int32_t coll;          /* the header's label: a barrier is not an all-reduce */
+  int32_t dtype;
+  int32_t op;
+  int32_t root;
+  int32_t setting;       /* the communicator's algorithm setting */
+  int32_t reserved;      /* zero: keeps the struct free of padding */
+};
+_Static_assert(sizeof(struct hoop_plan_key) == 56,
+               "no padding, so keys compare with memcmp");
+
 struct hoop_plan {
   struct hoop_comm *comm;
+  struct hoop_plan_key key;
+  int prepared; /* links paired and sorted: the plan can run again */
   struct hoop_wire_header header; /* link_bytes filled per link */
   hoop_dtype_t dtype;
   hoop_op_t op;
@@ -132,7 +156,10 @@ hoop_result_t hoop__plan_op(struct hoop_plan *plan, int link,
 hoop_result_t hoop__plan_add(struct hoop_plan *plan, int peer, int send,
                              struct hoop_plan_op *op, int32_t *id);
 
-/* Runs the plan to completion, or fails naming the peer. */
+/*
+ * Runs the plan to completion, or fails naming the peer.  A plan that ran
+ * may run again (plan->header.seq updated first): its progress is reset.
+ */
 hoop_result_t hoop__engine_run(struct hoop_plan *plan);
 
 /*

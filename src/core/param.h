@@ -14,13 +14,14 @@
   X(slice_bytes, "HOOP_SLICE_BYTES", 256 * 1024)                             \
   X(sockbuf_bytes, "HOOP_SOCKBUF_BYTES", 4 * 1024 * 1024)                   \
   X(pipeline_bytes, "HOOP_PIPELINE_BYTES", 4 * 1024 * 1024)                 \
-  X(spin_us, "HOOP_SPIN_US", 0)                                             \
+  X(spin_us, "HOOP_SPIN_US", 5)                                             \
   X(yield_us, "HOOP_YIELD_US", 200)                                         \
   X(shm_slot_bytes, "HOOP_SHM_SLOT_BYTES", 256 * 1024)                      \
   X(shm_slots, "HOOP_SHM_SLOTS", 8)                                          \
   X(alpha_ns, "HOOP_ALPHA_NS", 20000)                                        \
   X(link_mbps, "HOOP_LINK_MBPS", 2000)                                       \
-  X(host_mbps, "HOOP_HOST_MBPS", 5000)
+  X(host_mbps, "HOOP_HOST_MBPS", 5000)                                       \
+  X(cuda_chunk_bytes, "HOOP_CUDA_CHUNK_BYTES", 4 * 1024 * 1024)
 
 #define HOOP_PARAM_DECLARE_(name, env, def) int64_t hoop__param_##name(void);
 HOOP_PARAMS(HOOP_PARAM_DECLARE_)

@@ -398,20 +398,10 @@ static hoop_result_t open_segment(struct shm_conn *c,
   return res;
 }
 
-/* Slot and ring sizes from the environment, made sane. */
+/* Slot and ring sizes from the environment (checked when the comm was made). */
 static void geometry(struct shm_offer *o) {
-  int64_t slot = hoop__param_shm_slot_bytes();
-  int64_t slots = hoop__param_shm_slots();
-  if (slot < 4096)
-    slot = 4096;
-  if (slot > (64 << 20))
-    slot = 64 << 20;
-  if (slots < 2)
-    slots = 2;
-  if (slots > 64)
-    slots = 64;
-  o->slot_bytes = (uint64_t)slot & ~(uint64_t)63;
-  o->ring_bytes = o->slot_bytes * (uint64_t)slots;
+  o->slot_bytes = (uint64_t)hoop__param_shm_slot_bytes();
+  o->ring_bytes = o->slot_bytes * (uint64_t)hoop__param_shm_slots();
   o->segment_bytes = SHM_HEADER_BYTES + 2 * o->ring_bytes;
 }
 

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The CUDA checks and benchmarks, in one go, for a machine with a GPU:
+#   bench/cuda_suite.sh test    build, run the CUDA test cases
+#   bench/cuda_suite.sh bench   build, run the kernel and collective benches
+#   bench/cuda_suite.sh all     both
+# BUILD_DIR (default build-gpu) is the build; logs go to OUT (default
+# BUILD_DIR/out).  A machine without Debian's libgtest-dev can take
+# GoogleTest unpacked from that package into .deps (git-ignored):
+#   apt-get download libgtest-dev && dpkg -x libgtest-dev_*.deb .deps
+set -uo pipefail
+mode=${1:-all}
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${BUILD_DIR:-$root/build-gpu}
+out=${OUT:-$build/out}
+mkdir -p "$out"
+nvidia-smi >"$out/nvidia-smi.txt" 2>&1 || true
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DHOOP_WERROR=ON -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" \
+  -DCMAKE_PREFIX_PATH="$root/.deps/usr" >"$out/configure.log" 2>&1 ||
+  { tail -30 "$out/configure.log"; exit 1; }
+grep -E "CUDA|tests|hoop-train" "$out/configure.log"
+cmake --build "$build" >"$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
+
+run=$build/tools/hoop-run
+bench=$build/bench/hoop-bench
+status=0
+if [ "$mode" = test ] || [ "$mode" = all ]; then
+  (cd "$build" && ctest -R "Cuda|Bench.CudaMemory" -j "${JOBS:-4}" \
+     --timeout 600 --output-on-failure) >"$out/ctest-cuda.log" 2>&1 || status=1
+  grep -E "tests passed|Failed|\*\*\*|Skipped" "$out/ctest-cuda.log" | tail -25
+fi
+if [ "$mode" = bench ] || [ "$mode" = all ]; then
+  "$build/bench/hoop-cuda-kernels" -b 1048576 -e 1073741824 -n 20 \
+    | tee "$out/kernels.txt" | grep -E "^#|float|bfloat16" | grep -vE " max "
+  for n in 2 4 8; do
+    "$run" --no-prefix -n $n "$bench" -m cuda -b 1M -e 1G -f 4 -n 10 -w 2 \
+      -J "$out/allreduce-cuda-${n}ranks.jsonl" >"$out/allreduce-cuda-${n}ranks.txt" 2>&1 || status=1
+    tail -7 "$out/allreduce-cuda-${n}ranks.txt"
+  done
+  for transport in shm tcp; do
+    for m in host cuda; do
+      HOOP_TRANSPORT=$transport "$run" --no-prefix -n 2 "$bench" -m $m \
+        -b 1M -e 1G -f 4 -n 10 -w 2 >"$out/allreduce-2ranks-$transport-$m.txt" 2>&1 || status=1
+      echo "== 2 ranks, $transport, $m buffers"; tail -6 "$out/allreduce-2ranks-$transport-$m.txt"
+    done
+  done
+fi
+exit $status

@@ -1,0 +1,27 @@
+/*
+ * What the staged device path (device.h) needs from the host collectives:
+ * run one checked call on host buffers, and name a collective in errors.
+ */
+#ifndef HOOP_COLLECTIVES_COLLECTIVES_H
+#define HOOP_COLLECTIVES_COLLECTIVES_H
+
+#include <stddef.h>
+
+#include "hoop.h"
+
+struct hoop_comm;
+struct hoop_call;
+
+/*
+ * Runs a collective on host buffers, as the public call would (argument
+ * checks, algorithm choice, counters).  `per_rank` is the count the user
+ * passes; `label` is what the header and the counters call it.
+ */
+hoop_result_t hoop__collective_run(struct hoop_comm *comm,
+                                   struct hoop_call *c, size_t per_rank,
+                                   hoop_coll_t label);
+
+/* "hoop_allreduce" and so on, for messages. */
+const char *hoop__collective_name(hoop_coll_t coll);
+
+#endif /* HOOP_COLLECTIVES_COLLECTIVES_H */

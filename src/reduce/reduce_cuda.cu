@@ -1,0 +1,288 @@
+/*
+ * Device reduction kernels.  They follow reduce.c's rules: integer SUM and
+ * PROD wrap, fp16/bf16 combine in float with one round-to-nearest-even,
+ * MIN/MAX are IEEE 754-2019 minimum/maximum (NaN wins, -0 < +0), AVG sums
+ * and divides once.  The GPU's float arithmetic is IEEE in round-to-
+ * nearest-even as long as nothing is fused or flushed, so the results match
+ * the host's bit for bit, except the payload of a NaN: GPU arithmetic
+ * returns the canonical quiet NaN where the host keeps the operand's.
+ *
+ * The kernels are bound by memory bandwidth, so each thread moves 16 bytes
+ * per load when the three pointers share 16-byte alignment, and a second
+ * launch finishes the elements that do not fill a 16-byte vector.
+ */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include <type_traits>
+
+#include "reduce/reduce_cuda.h"
+
+namespace {
+
+/* ---- Element types: storage T, arithmetic in C (wider for halves) ---- */
+
+template <typename T> struct Plain {
+  typedef T Store;
+  typedef T Calc;
+  __device__ static Calc load(Store s) { return s; }
+  __device__ static Store store(Calc c) { return c; }
+};
+
+struct Half {
+  typedef uint16_t Store;
+  typedef float Calc;
+  __device__ static Calc load(Store s) {
+    return __half2float(__ushort_as_half(s));
+  }
+  __device__ static Store store(Calc c) {
+    return __half_as_ushort(__float2half_rn(c));
+  }
+};
+
+struct BFloat {
+  typedef uint16_t Store;
+  typedef float Calc;
+  __device__ static Calc load(Store s) {
+    return __bfloat162float(__ushort_as_bfloat16(s));
+  }
+  __device__ static Store store(Calc c) {
+    return __bfloat16_as_ushort(__float2bfloat16_rn(c));
+  }
+};
+
+/* ---- Operators ------------------------------------------------------- */
+
+/* Integers wrap: compute in the unsigned type of the same width. */
+template <typename T> struct Wide { typedef T U; };
+template <> struct Wide<int8_t> { typedef uint32_t U; };
+template <> struct Wide<uint8_t> { typedef uint32_t U; };
+template <> struct Wide<int32_t> { typedef uint32_t U; };
+template <> struct Wide<int64_t> { typedef uint64_t U; };
+
+template <typename C> struct IsFloat { static const bool value = false; };
+template <> struct IsFloat<float> { static const bool value = true; };
+template <> struct IsFloat<double> { static const bool value = true; };
+
+__device__ __forceinline__ float or_bits(float x, float y) {
+  return __uint_as_float(__float_as_uint(x) | __float_as_uint(y));
+}
+__device__ __forceinline__ float and_bits(float x, float y) {
+  return __uint_as_float(__float_as_uint(x) & __float_as_uint(y));
+}
+__device__ __forceinline__ double or_bits(double x, double y) {
+  return __longlong_as_double(__double_as_longlong(x) |
+                              __double_as_longlong(y));
+}
+__device__ __forceinline__ double and_bits(double x, double y) {
+  return __longlong_as_double(__double_as_longlong(x) &
+                              __double_as_longlong(y));
+}
+
+struct OpSum {
+  template <typename C> __device__ static C apply(C x, C y) {
+    if constexpr (IsFloat<C>::value)
+      return add_rn(x, y);
+    else
+      return (C)((typename Wide<C>::U)x + (typename Wide<C>::U)y);
+  }
+  /* The _rn intrinsics are never contracted into an FMA with a product. */
+  __device__ static float add_rn(float x, float y) { return __fadd_rn(x, y); }
+  __device__ static double add_rn(double x, double y) {
+    return __dadd_rn(x, y);
+  }
+};
+
+struct OpProd {
+  template <typename C> __device__ static C apply(C x, C y) {
+    if constexpr (IsFloat<C>::value)
+      return mul_rn(x, y);
+    else
+      return (C)((typename Wide<C>::U)x * (typename Wide<C>::U)y);
+  }
+  __device__ static float mul_rn(float x, float y) { return __fmul_rn(x, y); }
+  __device__ static double mul_rn(double x, double y) {
+    return __dmul_rn(x, y);
+  }
+};
+
+/*
+ * fminf/fmaxf return the other operand for a NaN (IEEE 754-2008); hoop's
+ * MIN/MAX return NaN.  x + y of two NaN-or-anything is a quiet NaN.
+ */
+struct OpMin {
+  template <typename C> __device__ static C apply(C x, C y) {
+    if constexpr (IsFloat<C>::value) {
+      if (x != x || y != y)
+        return x + y;
+      if (x == y)
+        return or_bits(x, y);
+    }
+    return x < y ? x : y;
+  }
+};
+
+struct OpMax {
+  template <typename C> __device__ static C apply(C x, C y) {
+    if constexpr (IsFloat<C>::value) {
+      if (x != x || y != y)
+        return x + y;
+      if (x == y)
+        return and_bits(x, y);
+    }
+    return x > y ? x : y;
+  }
+};
+
+/* ---- Kernels --------------------------------------------------------- */
+
+template <typename E> union Vec {
+  uint4 v;
+  typename E::Store e[sizeof(uint4) / sizeof(typename E::Store)];
+};
+
+template <typename E, typename Op>
+__global__ void reduce_vec(uint4 *d, const uint4 *a, const uint4 *b,
+                           size_t nvec) {
+  const int lanes = sizeof(uint4) / sizeof(typename E::Store);
+  size_t stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < nvec;
+       i += stride) {
+    Vec<E> x, y, r;
+    x.v = a[i];
+    y.v = b[i];
+#pragma unroll
+    for (int k = 0; k < lanes; k++)
+      r.e[k] = E::store(Op::apply(E::load(x.e[k]), E::load(y.e[k])));
+    d[i] = r.v;
+  }
+}
+
+template <typename E, typename Op>
+__global__ void reduce_scalar(typename E::Store *d,
+                              const typename E::Store *a,
+                              const typename E::Store *b, size_t n) {
+  size_t stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += stride)
+    d[i] = E::store(Op::apply(E::load(a[i]), E::load(b[i])));
+}
+
+/* Quotients as reduce.c takes them: double for native floats, float for
+ * halves, C's truncating division for integers. */
+template <typename E>
+__global__ void divide(typename E::Store *p, size_t n, int divisor) {
+  typedef typename E::Calc C;
+  size_t stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    C x = E::load(p[i]);
+    if constexpr (IsFloat<C>::value && sizeof(C) == sizeof(typename E::Store))
+      p[i] = E::store((C)__ddiv_rn((double)x, (double)divisor));
+    else if constexpr (IsFloat<C>::value)
+      p[i] = E::store(__fdiv_rn(x, (float)divisor));
+    else if constexpr (std::is_signed<C>::value)
+      p[i] = E::store((C)((long long)x / divisor));
+    else
+      p[i] = E::store((C)((unsigned long long)x / (unsigned)divisor));
+  }
+}
+
+const int kThreads = 256;
+
+/* Enough blocks to cover n threads' work, capped at a few waves. */
+unsigned blocks_for(size_t n) {
+  int dev = 0, sms = 0;
+  cudaGetDevice(&dev);
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) !=
+          cudaSuccess ||
+      sms <= 0)
+    sms = 1;
+  size_t want = (n + kThreads - 1) / kThreads;
+  size_t cap = (size_t)sms * 16;
+  return (unsigned)(want < cap ? want : cap);
+}
+
+template <typename E, typename Op>
+int launch_reduce(void *dst, const void *a, const void *b, size_t n,
+                  cudaStream_t s) {
+  typedef typename E::Store T;
+  const size_t lanes = sizeof(uint4) / sizeof(T);
+  uintptr_t align = (uintptr_t)dst | (uintptr_t)a | (uintptr_t)b;
+  size_t nvec = align % sizeof(uint4) == 0 ? n / lanes : 0;
+  if (nvec > 0)
+    reduce_vec<E, Op><<<blocks_for(nvec), kThreads, 0, s>>>(
+        (uint4 *)dst, (const uint4 *)a, (const uint4 *)b, nvec);
+  size_t done = nvec * lanes;
+  if (done < n)
+    reduce_scalar<E, Op><<<blocks_for(n - done), kThreads, 0, s>>>(
+        (T *)dst + done, (const T *)a + done, (const T *)b + done, n - done);
+  return (int)cudaGetLastError();
+}
+
+template <typename E>
+int launch_op(void *dst, const void *a, const void *b, size_t n,
+              hoop_op_t op, cudaStream_t s) {
+  switch (op) {
+  case HOOP_SUM:
+  case HOOP_AVG: return launch_reduce<E, OpSum>(dst, a, b, n, s);
+  case HOOP_PROD: return launch_reduce<E, OpProd>(dst, a, b, n, s);
+  case HOOP_MIN: return launch_reduce<E, OpMin>(dst, a, b, n, s);
+  case HOOP_MAX: return launch_reduce<E, OpMax>(dst, a, b, n, s);
+  default: return (int)cudaErrorInvalidValue;
+  }
+}
+
+template <typename E>
+int launch_div(void *buf, size_t n, int divisor, cudaStream_t s) {
+  divide<E><<<blocks_for(n), kThreads, 0, s>>>((typename E::Store *)buf, n,
+                                                divisor);
+  return (int)cudaGetLastError();
+}
+
+/* One switch over dtypes for both entry points. */
+#define HOOP_CUDA_DTYPES(X)                                                   \
+  X(HOOP_I8, Plain<int8_t>)                                                   \
+  X(HOOP_U8, Plain<uint8_t>)                                                  \
+  X(HOOP_I32, Plain<int32_t>)                                                 \
+  X(HOOP_U32, Plain<uint32_t>)                                                \
+  X(HOOP_I64, Plain<int64_t>)                                                 \
+  X(HOOP_U64, Plain<uint64_t>)                                                \
+  X(HOOP_F16, Half)                                                           \
+  X(HOOP_F32, Plain<float>)                                                   \
+  X(HOOP_F64, Plain<double>)                                                  \
+  X(HOOP_BF16, BFloat)
+
+} // namespace
+
+extern "C" int hoop__cuda_reduce(void *dst, const void *a, const void *b,
+                                 size_t count, hoop_dtype_t dtype,
+                                 hoop_op_t op, void *stream) {
+  if (count == 0)
+    return (int)cudaSuccess;
+  cudaStream_t s = (cudaStream_t)stream;
+  switch (dtype) {
+#define CASE_(dt, E)                                                          \
+  case dt: return launch_op<E>(dst, a, b, count, op, s);
+    HOOP_CUDA_DTYPES(CASE_)
+#undef CASE_
+  default: return (int)cudaErrorInvalidValue;
+  }
+}
+
+extern "C" int hoop__cuda_reduce_div(void *buf, size_t count,
+                                     hoop_dtype_t dtype, int divisor,
+                                     void *stream) {
+  if (count == 0 || divisor < 1)
+    return (int)cudaSuccess;
+  cudaStream_t s = (cudaStream_t)stream;
+  switch (dtype) {
+#define CASE_(dt, E)                                                          \
+  case dt: return launch_div<E>(buf, count, divisor, s);
+    HOOP_CUDA_DTYPES(CASE_)
+#undef CASE_
+  default: return (int)cudaErrorInvalidValue;
+  }
+}

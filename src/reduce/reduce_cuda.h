@@ -1,0 +1,34 @@
+/*
+ * Elementwise reduction kernels on device memory: the same arithmetic as
+ * reduce.h, bit for bit (tests compare the two), run on a CUDA stream.
+ * Built only when CMake finds CUDA (HOOP_HAVE_CUDA).
+ */
+#ifndef HOOP_REDUCE_CUDA_H
+#define HOOP_REDUCE_CUDA_H
+
+#include <stddef.h>
+
+#include "hoop.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * Enqueues dst[i] = a[i] op b[i], i < count, on `stream` (a cudaStream_t)
+ * with the rules of hoop__reduce().  All three pointers are device memory
+ * of the current device; dst may equal a or b.  Returns the launch's
+ * cudaError_t (0 on success), so that callers report CUDA's own text.
+ */
+int hoop__cuda_reduce(void *dst, const void *a, const void *b, size_t count,
+                      hoop_dtype_t dtype, hoop_op_t op, void *stream);
+
+/* Enqueues buf[i] /= divisor with the rules of hoop__reduce_div(). */
+int hoop__cuda_reduce_div(void *buf, size_t count, hoop_dtype_t dtype,
+                          int divisor, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* HOOP_REDUCE_CUDA_H */

@@ -1,0 +1,580 @@
+// CUDA: the device reduction kernels against the host kernels (which
+// test_reduce checks against independent references), and every collective
+// on device buffers against reference.h, with N ranks as processes sharing
+// the machine's GPU, ordered on each rank's stream.
+//
+// Without a GPU every case skips with the reason.  The probe runs in a
+// child process: a parent that initialised CUDA could not fork ranks that
+// use it.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime_api.h>
+
+#include <cinttypes>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+#include "reference.h"
+
+extern "C" {
+#include "reduce/reduce.h"
+#include "reduce/reduce_cuda.h"
+}
+
+using namespace hooptest;
+
+namespace {
+
+// Empty when a GPU is usable, else why not.
+const std::string &gpu_missing() {
+  static std::string why = [] {
+    int fds[2];
+    if (pipe(fds) != 0)
+      return std::string("pipe failed");
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+      close(fds[0]);
+      int n = 0;
+      cudaError_t e = cudaGetDeviceCount(&n);
+      std::string msg = e != cudaSuccess ? std::string("cudaGetDeviceCount: ") +
+                                               cudaGetErrorString(e)
+                        : n == 0 ? std::string("no CUDA device")
+                                 : std::string();
+      if (write(fds[1], msg.data(), msg.size()) < 0)
+        _exit(2);
+      _exit(0);
+    }
+    close(fds[1]);
+    std::string msg;
+    char buf[256];
+    ssize_t got;
+    while ((got = read(fds[0], buf, sizeof buf)) > 0)
+      msg.append(buf, (size_t)got);
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+      return std::string("the CUDA probe process failed");
+    return msg;
+  }();
+  return why;
+}
+
+#define REQUIRE_GPU()                                                        \
+  do {                                                                       \
+    if (!gpu_missing().empty())                                              \
+      GTEST_SKIP() << "needs a GPU: " << gpu_missing();                      \
+  } while (0)
+
+#define CUDA_OK(call)                                                        \
+  do {                                                                       \
+    cudaError_t e_ = (call);                                                 \
+    ASSERT_EQ(e_, cudaSuccess) << #call << ": " << cudaGetErrorString(e_);   \
+  } while (0)
+
+// ---- Kernels ------------------------------------------------------------
+
+// Random bits with the float specials (NaN, infinities, signed zeros,
+// subnormals, the largest finite) mixed in often.
+void random_bits(std::vector<char> &buf, hoop_dtype_t t, std::mt19937_64 &rng) {
+  size_t esz = hoop_dtype_size(t), n = buf.size() / esz;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t bits = rng();
+    if (is_float(t) && rng() % 8 == 0) {
+      static const uint64_t f16[] = {0x7e00, 0x7c00, 0xfc00, 0x8000, 0, 1,
+                                     0x03ff, 0x7bff, 0x7d01};
+      static const uint64_t bf16[] = {0x7fc0, 0x7f80, 0xff80, 0x8000, 0, 1,
+                                      0x007f, 0x7f7f, 0x7f81};
+      static const uint64_t f32[] = {0x7fc00000, 0x7f800000, 0xff800000,
+                                     0x80000000, 0, 1, 0x007fffff,
+                                     0x7f7fffff, 0x7f800001};
+      static const uint64_t f64[] = {
+          0x7ff8000000000000ull, 0x7ff0000000000000ull,
+          0xfff0000000000000ull, 0x8000000000000000ull, 0, 1,
+          0x000fffffffffffffull, 0x7fefffffffffffffull,
+          0x7ff0000000000001ull};
+      size_t k = rng() % 9;
+      bits = t == HOOP_F16 ? f16[k] : t == HOOP_BF16 ? bf16[k]
+           : t == HOOP_F32 ? f32[k] : f64[k];
+      bits |= (rng() & 1) ? (1ull << (esz * 8 - 1)) : 0;
+    } else if (is_float(t)) {
+      // Keep most values in a range where sums and products stay finite.
+      if (t == HOOP_F32)
+        bits = (bits & 0x807fffffull) | ((uint64_t)(110 + rng() % 40) << 23);
+      else if (t == HOOP_F64)
+        bits = (bits & 0x800fffffffffffffull) |
+               ((uint64_t)(1000 + rng() % 40) << 52);
+    }
+    memcpy(buf.data() + i * esz, &bits, esz);
+  }
+}
+
+bool is_nan_bits(const char *p, hoop_dtype_t t) {
+  uint64_t b = 0;
+  memcpy(&b, p, hoop_dtype_size(t));
+  switch (t) {
+  case HOOP_F16: return (b & 0x7fff) > 0x7c00;
+  case HOOP_BF16: return (b & 0x7fff) > 0x7f80;
+  case HOOP_F32: return (b & 0x7fffffff) > 0x7f800000;
+  case HOOP_F64: return (b & 0x7fffffffffffffffull) > 0x7ff0000000000000ull;
+  default: return false;
+  }
+}
+
+// Elements of got and want that differ; any NaN matches any NaN.
+size_t differing(const std::vector<char> &got, const std::vector<char> &want,
+                 hoop_dtype_t t, size_t *first) {
+  size_t esz = hoop_dtype_size(t), n = got.size() / esz, bad = 0;
+  for (size_t i = 0; i < n; i++) {
+    const char *g = got.data() + i * esz, *w = want.data() + i * esz;
+    if (memcmp(g, w, esz) == 0 || (is_nan_bits(g, t) && is_nan_bits(w, t)))
+      continue;
+    if (bad++ == 0)
+      *first = i;
+  }
+  return bad;
+}
+
+class CudaKernels : public ::testing::TestWithParam<int> {};
+
+TEST_P(CudaKernels, MatchHostKernelsBitForBit) {
+  REQUIRE_GPU();
+  hoop_dtype_t t = (hoop_dtype_t)GetParam();
+  size_t esz = hoop_dtype_size(t);
+  std::mt19937_64 rng(1234 + GetParam());
+  // Sizes around the 16-byte vector and odd offsets that force the scalar
+  // path; the largest spans many blocks of the grid.
+  const size_t counts[] = {1, 7, 8, 9, 15, 16, 17, 1000, 65537, 3000001};
+  const size_t offsets[] = {0, 1};
+  char *dev = nullptr;
+  const size_t most = 3000001 + 1;
+  CUDA_OK(cudaMalloc((void **)&dev, 3 * most * esz));
+  for (int op = 0; op < HOOP_OP_COUNT; op++) {
+    for (size_t count : counts) {
+      for (size_t off : offsets) {
+        for (bool in_place : {false, true}) {
+          std::vector<char> a(count * esz), b(count * esz), want(count * esz),
+              got(count * esz);
+          random_bits(a, t, rng);
+          random_bits(b, t, rng);
+          hoop__reduce(want.data(), a.data(), b.data(), count, t,
+                       (hoop_op_t)op);
+          char *da = dev + off * esz, *db = da + most * esz,
+               *dd = in_place ? da : db + most * esz;
+          CUDA_OK(cudaMemcpy(da, a.data(), a.size(), cudaMemcpyHostToDevice));
+          CUDA_OK(cudaMemcpy(db, b.data(), b.size(), cudaMemcpyHostToDevice));
+          ASSERT_EQ(hoop__cuda_reduce(dd, da, db, count, t, (hoop_op_t)op,
+                                      nullptr),
+                    0);
+          CUDA_OK(cudaMemcpy(got.data(), dd, got.size(),
+                             cudaMemcpyDeviceToHost));
+          size_t first = 0, bad = differing(got, want, t, &first);
+          EXPECT_EQ(bad, 0u) << hoop_dtype_name(t) << " "
+                             << hoop_op_name((hoop_op_t)op) << " count "
+                             << count << " offset " << off
+                             << (in_place ? " in place" : "")
+                             << ": first difference at " << first;
+        }
+      }
+    }
+  }
+  for (int divisor : {1, 3, 8}) {
+    const size_t count = 100003;
+    std::vector<char> v(count * esz), got(count * esz);
+    random_bits(v, t, rng);
+    CUDA_OK(cudaMemcpy(dev, v.data(), v.size(), cudaMemcpyHostToDevice));
+    hoop__reduce_div(v.data(), count, t, divisor);
+    ASSERT_EQ(hoop__cuda_reduce_div(dev, count, t, divisor, nullptr), 0);
+    CUDA_OK(cudaMemcpy(got.data(), dev, got.size(), cudaMemcpyDeviceToHost));
+    size_t first = 0, bad = differing(got, v, t, &first);
+    EXPECT_EQ(bad, 0u) << hoop_dtype_name(t) << " / " << divisor
+                       << ": first difference at " << first;
+  }
+  CUDA_OK(cudaFree(dev));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllDtypes, CudaKernels, ::testing::Range(0, (int)HOOP_DTYPE_COUNT),
+    [](const ::testing::TestParamInfo<int> &p) {
+      return std::string(hoop_dtype_name((hoop_dtype_t)p.param));
+    });
+
+// ---- Collectives on device buffers --------------------------------------
+
+enum class Coll { AllReduce, ReduceScatter, AllGather, Broadcast, Reduce };
+
+const char *coll_name(Coll c) {
+  switch (c) {
+  case Coll::AllReduce: return "allreduce";
+  case Coll::ReduceScatter: return "reduce_scatter";
+  case Coll::AllGather: return "allgather";
+  case Coll::Broadcast: return "broadcast";
+  case Coll::Reduce: return "reduce";
+  }
+  return "?";
+}
+
+struct Case {
+  Coll coll;
+  hoop_dtype_t dtype;
+  hoop_op_t op;
+  size_t count; // reduce-scatter / all-gather: one rank's block
+  bool in_place;
+  int root;
+  uint64_t seed;
+};
+
+// A device buffer with one guard element on each side, and its host image.
+struct DeviceBuf {
+  size_t esz = 0, n = 0;
+  char *base = nullptr;
+  ~DeviceBuf() { cudaFree(base); }
+  char *data() { return base + esz; }
+  bool alloc(size_t elems, size_t elem_size) {
+    esz = elem_size;
+    n = elems;
+    return cudaMalloc((void **)&base, (n + 2) * esz) == cudaSuccess &&
+           cudaMemset(base, 0xA5, (n + 2) * esz) == cudaSuccess;
+  }
+};
+
+bool guards_intact(RankLog &log, DeviceBuf &b, const std::string &what) {
+  std::vector<unsigned char> g(b.esz);
+  for (size_t at : {(size_t)0, b.n + 1}) {
+    cudaMemcpy(g.data(), b.base + at * b.esz, b.esz, cudaMemcpyDeviceToHost);
+    for (unsigned char c : g) {
+      if (c != 0xA5) {
+        log.fail("%s: wrote outside the device buffer", what.c_str());
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+void run_case(RankLog &log, hoop_comm_t comm, cudaStream_t stream, int rank,
+              int nranks, const Case &c) {
+  size_t esz = hoop_dtype_size(c.dtype);
+  bool blocks = c.coll == Coll::ReduceScatter || c.coll == Coll::AllGather;
+  size_t total = blocks ? c.count * nranks : c.count;
+  std::string what = std::string(coll_name(c.coll)) + " " +
+                     hoop_dtype_name(c.dtype) + " " + hoop_op_name(c.op) +
+                     " count " + std::to_string(c.count) + " root " +
+                     std::to_string(c.root) +
+                     (c.in_place ? " in-place" : " out-of-place");
+  DeviceBuf send, recv;
+  if (!send.alloc(total, esz) || !recv.alloc(total, esz)) {
+    log.fail("%s: cudaMalloc failed", what.c_str());
+    return;
+  }
+  std::vector<char> host(total * esz + 1);
+  hoop_op_t fill_op = c.coll == Coll::AllGather || c.coll == Coll::Broadcast
+                          ? HOOP_SUM
+                          : c.op;
+  char *in = send.data(), *out = recv.data();
+  size_t in_first = 0, in_n = total;
+  switch (c.coll) {
+  case Coll::AllReduce:
+  case Coll::Broadcast:
+  case Coll::Reduce:
+    if (c.in_place)
+      in = out;
+    break;
+  case Coll::ReduceScatter:
+    if (c.in_place)
+      out = send.data() + rank * c.count * esz;
+    break;
+  case Coll::AllGather:
+    in_first = rank * c.count;
+    in_n = c.count;
+    if (c.in_place)
+      in = recv.data() + in_first * esz;
+    break;
+  }
+  fill_input(host.data(), c.dtype, fill_op, c.seed, rank, in_first, in_n);
+  // The input travels on the stream too: the collective must wait for it.
+  cudaMemcpyAsync(in, host.data(), in_n * esz, cudaMemcpyHostToDevice,
+                  stream);
+  hoop_result_t res = HOOP_SUCCESS;
+  switch (c.coll) {
+  case Coll::AllReduce:
+    res = hoop_allreduce(comm, in, out, c.count, c.dtype, c.op, stream);
+    break;
+  case Coll::ReduceScatter:
+    res = hoop_reduce_scatter(comm, in, out, c.count, c.dtype, c.op, stream);
+    break;
+  case Coll::AllGather:
+    res = hoop_allgather(comm, in, out, c.count, c.dtype, stream);
+    break;
+  case Coll::Broadcast:
+    res = hoop_broadcast(comm, in, out, c.count, c.dtype, c.root, stream);
+    break;
+  case Coll::Reduce:
+    res = hoop_reduce(comm, in, out, c.count, c.dtype, c.op, c.root, stream);
+    break;
+  }
+  if (res != HOOP_SUCCESS) {
+    log.fail("%s: %s: %s", what.c_str(), hoop_result_name(res),
+             hoop_comm_last_error(comm));
+    return;
+  }
+  size_t out_n = c.coll == Coll::ReduceScatter ? c.count : total;
+  std::vector<char> got(out_n * esz + 1);
+  cudaMemcpyAsync(got.data(), out, out_n * esz, cudaMemcpyDeviceToHost,
+                  stream);
+  cudaError_t e = cudaStreamSynchronize(stream);
+  if (e != cudaSuccess) {
+    log.fail("%s: cudaStreamSynchronize: %s", what.c_str(),
+             cudaGetErrorString(e));
+    return;
+  }
+  hoop_result_t async = HOOP_SUCCESS;
+  hoop_comm_get_async_error(comm, &async);
+  if (async != HOOP_SUCCESS) {
+    log.fail("%s: failed after returning: %s", what.c_str(),
+             hoop_comm_last_error(comm));
+    return;
+  }
+  size_t bad = 0, wrong = 0;
+  switch (c.coll) {
+  case Coll::AllReduce:
+    wrong = count_wrong(got.data(), c.dtype, c.op, c.seed, nranks, 0, total,
+                        0, -1, &bad);
+    break;
+  case Coll::ReduceScatter:
+    wrong = count_wrong(got.data(), c.dtype, c.op, c.seed, nranks,
+                        rank * c.count, c.count, 0, -1, &bad);
+    break;
+  case Coll::AllGather:
+    for (int owner = 0; owner < nranks; owner++)
+      wrong += count_wrong(got.data() + owner * c.count * esz, c.dtype,
+                           HOOP_SUM, c.seed, nranks, owner * c.count,
+                           c.count, 1, owner, &bad);
+    break;
+  case Coll::Broadcast:
+    wrong = count_wrong(got.data(), c.dtype, HOOP_SUM, c.seed, nranks, 0,
+                        total, 1, c.root, &bad);
+    break;
+  case Coll::Reduce:
+    if (rank == c.root)
+      wrong = count_wrong(got.data(), c.dtype, c.op, c.seed, nranks, 0,
+                          total, 0, -1, &bad);
+    break;
+  }
+  if (wrong > 0)
+    log.fail("%s: %zu wrong elements (first at %zu)", what.c_str(), wrong,
+             bad);
+  guards_intact(log, send, what);
+  guards_intact(log, recv, what);
+}
+
+std::vector<Case> all_cases(int nranks) {
+  std::vector<Case> cases;
+  // Sizes: empty, one element, a prime, not divisible by the rank count,
+  // and one that spans several 64 KiB chunks (the chunk64k.* rerun).
+  const size_t counts[] = {0, 1, 1009, (size_t)1000 * nranks + 1,
+                           (size_t)50000 + nranks};
+  uint64_t seed = 1;
+  for (Coll coll : {Coll::AllReduce, Coll::ReduceScatter, Coll::AllGather,
+                    Coll::Broadcast, Coll::Reduce}) {
+    bool has_op = coll != Coll::AllGather && coll != Coll::Broadcast;
+    bool rooted = coll == Coll::Broadcast || coll == Coll::Reduce;
+    for (int t = 0; t < HOOP_DTYPE_COUNT; t++) {
+      for (int op = 0; op < (has_op ? HOOP_OP_COUNT : 1); op++) {
+        for (size_t count : counts) {
+          for (bool in_place : {false, true}) {
+            int root = rooted ? (int)(seed % nranks) : 0;
+            cases.push_back({coll, (hoop_dtype_t)t, (hoop_op_t)op, count,
+                             in_place, root, seed++});
+          }
+        }
+      }
+    }
+  }
+  return cases;
+}
+
+void with_stream(RankLog &log, const std::function<void(cudaStream_t)> &fn) {
+  cudaStream_t stream = nullptr;
+  cudaError_t e = cudaSetDevice(0);
+  if (e == cudaSuccess)
+    e = cudaStreamCreate(&stream);
+  if (e != cudaSuccess) {
+    log.fail("CUDA set-up: %s", cudaGetErrorString(e));
+    return;
+  }
+  fn(stream);
+  cudaStreamDestroy(stream);
+}
+
+class CudaCollectives : public ::testing::TestWithParam<int> {};
+
+TEST_P(CudaCollectives, EveryCollectiveDtypeOpSizeMatchesReference) {
+  REQUIRE_GPU();
+  RunOptions opt;
+  opt.timeout_s = 500;
+  RunResult r = run_ranks(
+      GetParam(),
+      [](RankLog &log, hoop_comm_t comm, int rank, int nranks) {
+        with_stream(log, [&](cudaStream_t stream) {
+          for (const Case &c : all_cases(nranks)) {
+            run_case(log, comm, stream, rank, nranks, c);
+            if (!log.ok())
+              return;
+          }
+        });
+      },
+      opt);
+  EXPECT_TRUE(r.all_ok()) << describe(r);
+}
+
+TEST_P(CudaCollectives, EveryAlgorithmLargeFloatSum) {
+  REQUIRE_GPU();
+  RunOptions opt;
+  opt.timeout_s = 300;
+  RunResult r = run_ranks(
+      GetParam(),
+      [](RankLog &log, hoop_comm_t comm, int rank, int nranks) {
+        with_stream(log, [&](cudaStream_t stream) {
+          const size_t count = (24u << 20) / sizeof(float) + 5;
+          for (hoop_algo_t algo :
+               {HOOP_ALGO_RING, HOOP_ALGO_TREE, HOOP_ALGO_PS}) {
+            RANK_EXPECT_OK(log, comm, hoop_comm_set_algo(comm, algo));
+            for (bool in_place : {false, true}) {
+              run_case(log, comm, stream, rank, nranks,
+                       {Coll::AllReduce, HOOP_F32, HOOP_SUM, count, in_place,
+                        0, 100 + (uint64_t)algo});
+              if (algo != HOOP_ALGO_PS) {
+                run_case(log, comm, stream, rank, nranks,
+                         {Coll::Broadcast, HOOP_BF16, HOOP_SUM, count,
+                          in_place, nranks - 1, 110 + (uint64_t)algo});
+                run_case(log, comm, stream, rank, nranks,
+                         {Coll::Reduce, HOOP_F64, HOOP_MAX, count / 2,
+                          in_place, nranks / 2, 120 + (uint64_t)algo});
+              }
+            }
+          }
+          RANK_EXPECT_OK(log, comm, hoop_comm_set_algo(comm, HOOP_ALGO_AUTO));
+          for (bool in_place : {false, true}) {
+            run_case(log, comm, stream, rank, nranks,
+                     {Coll::ReduceScatter, HOOP_F16, HOOP_SUM,
+                      count / nranks + 1, in_place, 0, 130});
+            run_case(log, comm, stream, rank, nranks,
+                     {Coll::AllGather, HOOP_I32, HOOP_SUM,
+                      count / nranks + 1, in_place, 0, 131});
+          }
+        });
+      },
+      opt);
+  EXPECT_TRUE(r.all_ok()) << describe(r);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, CudaCollectives,
+                         ::testing::Values(1, 2, 3, 4, 8),
+                         [](const ::testing::TestParamInfo<int> &p) {
+                           return std::to_string(p.param) + "ranks";
+                         });
+
+void CUDART_CB sleep_100ms(void *) { usleep(100 * 1000); }
+
+// The call returns before the stream has run it; work queued before it
+// (here a delayed input copy) is what it reduces, and work queued after it
+// sees the result.  A host-buffer call right after waits for the device
+// call, so the ranks stay in step.
+TEST(CudaStreams, CallIsOrderedOnTheStreamAndReturnsBeforeIt) {
+  REQUIRE_GPU();
+  RunResult r = run_ranks(
+      3, [](RankLog &log, hoop_comm_t comm, int rank, int nranks) {
+        with_stream(log, [&](cudaStream_t stream) {
+          const size_t n = 1 << 20;
+          float *host = nullptr, *dev = nullptr;
+          if (cudaMallocHost((void **)&host, n * sizeof(float)) != cudaSuccess ||
+              cudaMalloc((void **)&dev, n * sizeof(float)) != cudaSuccess) {
+            log.fail("allocation failed");
+            return;
+          }
+          for (int round = 0; round < 3; round++) {
+            cudaMemset(dev, 0xff, n * sizeof(float)); // NaN until copied
+            cudaDeviceSynchronize();
+            for (size_t i = 0; i < n; i++)
+              host[i] = (float)(rank + 1 + round + (i % 7));
+            cudaLaunchHostFunc(stream, sleep_100ms, nullptr);
+            cudaMemcpyAsync(dev, host, n * sizeof(float),
+                            cudaMemcpyHostToDevice, stream);
+            RANK_EXPECT_OK(log, comm,
+                           hoop_allreduce(comm, dev, dev, n, HOOP_F32,
+                                          HOOP_SUM, stream));
+            RANK_EXPECT(log, cudaStreamQuery(stream) == cudaErrorNotReady,
+                        "round %d: the call waited for its stream", round);
+            cudaMemcpyAsync(host, dev, n * sizeof(float),
+                            cudaMemcpyDeviceToHost, stream);
+            int64_t token = rank, sum = 0;
+            RANK_EXPECT_OK(log, comm,
+                           hoop_allreduce(comm, &token, &sum, 1, HOOP_I64,
+                                          HOOP_SUM, nullptr));
+            RANK_EXPECT(log, sum == nranks * (nranks - 1) / 2,
+                        "host all-reduce after a device one gave %" PRId64,
+                        sum);
+            cudaStreamSynchronize(stream);
+            size_t wrong = 0;
+            for (size_t i = 0; i < n; i++) {
+              float want = (float)(nranks * (nranks + 1) / 2 +
+                                   nranks * (round + (int)(i % 7)));
+              wrong += host[i] != want;
+            }
+            RANK_EXPECT(log, wrong == 0, "round %d: %zu wrong", round, wrong);
+          }
+          cudaFree(dev);
+          cudaFreeHost(host);
+        });
+      });
+  EXPECT_TRUE(r.all_ok()) << describe(r);
+}
+
+// Calls a rank cannot serve on device buffers fail with a reason, on the
+// calling rank, before any byte moves; the communicator stays usable.
+TEST(CudaErrors, MixedOrUnsupportedBuffersAreRefused) {
+  REQUIRE_GPU();
+  RunResult r = run_ranks(
+      2, [](RankLog &log, hoop_comm_t comm, int rank, int nranks) {
+        with_stream(log, [&](cudaStream_t stream) {
+          float *dev = nullptr;
+          std::vector<float> host(64, 1.0f);
+          if (cudaMalloc((void **)&dev, 64 * sizeof(float)) != cudaSuccess) {
+            log.fail("cudaMalloc failed");
+            return;
+          }
+          hoop_result_t res = hoop_allreduce(comm, host.data(), dev, 64,
+                                             HOOP_F32, HOOP_SUM, stream);
+          RANK_EXPECT(log, res == HOOP_ERR_INVALID_ARGUMENT,
+                      "mixed buffers gave %s", hoop_result_name(res));
+          RANK_EXPECT(log,
+                      strstr(hoop_comm_last_error(comm), "host memory") !=
+                          nullptr,
+                      "message: %s", hoop_comm_last_error(comm));
+          res = hoop_send(comm, dev, 64, HOOP_F32, 1 - rank, stream);
+          RANK_EXPECT(log, res == HOOP_ERR_UNSUPPORTED, "send gave %s",
+                      hoop_result_name(res));
+          // Still usable: a real call on both ranks works.
+          cudaMemcpy(dev, host.data(), 64 * sizeof(float),
+                     cudaMemcpyHostToDevice);
+          RANK_EXPECT_OK(log, comm,
+                         hoop_allreduce(comm, dev, dev, 64, HOOP_F32,
+                                        HOOP_SUM, stream));
+          cudaStreamSynchronize(stream);
+          cudaMemcpy(host.data(), dev, 64 * sizeof(float),
+                     cudaMemcpyDeviceToHost);
+          RANK_EXPECT(log, host[63] == (float)nranks, "got %f", host[63]);
+          cudaFree(dev);
+        });
+      });
+  EXPECT_TRUE(r.all_ok()) << describe(r);
+}
+
+} // namespace
