@@ -56,7 +56,11 @@ int bench_upload(enum bench_memory m, void *dst, const void *src,
     memmove(dst, src, bytes);
     return 0;
   }
-  return cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice) != cudaSuccess;
+  /* On the calls' stream: a pageable cudaMemcpy may return before its DMA
+     lands, and the stream does not wait for the legacy stream. */
+  return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream) !=
+             cudaSuccess ||
+         cudaStreamSynchronize(stream) != cudaSuccess;
 }
 
 int bench_download(enum bench_memory m, void *dst, const void *src,
@@ -65,7 +69,9 @@ int bench_download(enum bench_memory m, void *dst, const void *src,
     memmove(dst, src, bytes);
     return 0;
   }
-  return cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost) != cudaSuccess;
+  return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream) !=
+             cudaSuccess ||
+         cudaStreamSynchronize(stream) != cudaSuccess;
 }
 
 int bench_zero(enum bench_memory m, void *dst, size_t bytes) {
@@ -73,7 +79,8 @@ int bench_zero(enum bench_memory m, void *dst, size_t bytes) {
     memset(dst, 0, bytes);
     return 0;
   }
-  return cudaMemset(dst, 0, bytes) != cudaSuccess;
+  return cudaMemsetAsync(dst, 0, bytes, stream) != cudaSuccess ||
+         cudaStreamSynchronize(stream) != cudaSuccess;
 }
 
 int bench_sync(enum bench_memory m, hoop_stream_t s) {

@@ -325,6 +325,8 @@ void run_case(RankLog &log, hoop_comm_t comm, cudaStream_t stream, int rank,
     return;
   }
   size_t out_n = c.coll == Coll::ReduceScatter ? c.count : total;
+  // Pageable memory: this copy blocks the thread until the stream reaches
+  // it, behind the collective (a host-function gate deadlocked here).
   std::vector<char> got(out_n * esz + 1);
   cudaMemcpyAsync(got.data(), out, out_n * esz, cudaMemcpyDeviceToHost,
                   stream);

@@ -1,14 +1,36 @@
 /*
- * Device buffers staged through pinned host memory (device.h): the proxy
- * thread, its queue, the gates on callers' streams, and the chunk pipeline.
+ * Device buffers staged through pinned host memory (device.h).
+ *
+ * The caller's thread enqueues every piece of GPU work at call time, on two
+ * helper streams forked from the caller's stream: per chunk, a copy into a
+ * pinned stage then a write of "staged" (d2h stream), and a wait for
+ * "reduced" then a copy out and a write of "drained" (h2d stream).  The
+ * caller's stream joins both.  The proxy thread waits for "staged", runs
+ * the host collective on the stage and writes "reduced".  The three
+ * counters live in mapped pinned memory; the GPU writes and waits on them
+ * with stream memory operations (cuStreamWriteValue32/WaitValue32).
+ *
+ * So the proxy makes no CUDA call, and nothing the GPU waits for needs the
+ * CUDA driver on the host: a caller blocked in a synchronous CUDA call (a
+ * pageable cudaMemcpy behind the collective, say) cannot stall it.  An
+ * earlier design held the caller's stream with a host function that waited
+ * for the proxy's copies; CUDA forbids a host function to wait for work
+ * not ordered before it, and on an H100 it deadlocked the first time a
+ * rank copied a result to pageable memory.
+ *
+ * Counters count chunks over the communicator's life, so one chunk's stage
+ * is free again once the chunk STAGES earlier is reduced (its input) and
+ * drained (its output); comparisons are modulo 2^32, as the GPU's are.
  */
-#include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdalign.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 
 #include "collectives/algorithms.h"
@@ -20,23 +42,34 @@
 
 #define STAGES 2 /* chunks in flight: one copied while the other moves */
 
-/*
- * One queued call.  The gate on the caller's stream frees it, since the
- * stream may reach the gate after the communicator is gone.
- */
+/* Written by the GPU (staged, drained) or the proxy (reduced). */
+struct device_flags {
+  alignas(64) uint32_t staged;
+  alignas(64) uint32_t reduced;
+  alignas(64) uint32_t drained;
+};
+
+/* How a call's buffers split into chunks that are collectives of their own. */
+struct chunking {
+  size_t total;   /* elements per rank block (blocked colls) or buffer */
+  size_t per;     /* of those, per chunk */
+  size_t nchunks; /* at least one, so a zero-count call still runs */
+  size_t rows;    /* blocks copied per chunk: nranks or 1 */
+};
+
 struct device_job {
   struct device_job *next;
   struct hoop_call call;
   size_t per_rank;
   hoop_coll_t label;
-  cudaEvent_t input; /* the caller's stream reached the call */
-  pthread_mutex_t lock;
-  pthread_cond_t cond;
-  int done;
+  struct chunking k;
+  uint32_t first;       /* counter value of its first chunk */
+  hoop_result_t failed; /* enqueueing failed part way: release, don't run */
 };
 
 struct hoop_device {
   int device; /* every device buffer of this comm is on it */
+  size_t chunk_bytes;
   pthread_t thread;
   pthread_mutex_t lock;
   pthread_cond_t cond;
@@ -45,12 +78,17 @@ struct hoop_device {
   int stopping;
   hoop_result_t error; /* first failure of a queued call */
 
-  /* Used by the proxy thread only, once made. */
+  /* Used by the calling thread, under lock. */
   cudaStream_t d2h, h2d;
-  cudaEvent_t in_ready[STAGES], out_free[STAGES];
+  cudaEvent_t forked, joined_d2h, joined_h2d;
+  uint32_t next_chunk;
+  CUdeviceptr flags_dev;
+
+  struct device_flags *flags; /* mapped pinned memory */
   char *stage_in[STAGES], *stage_out[STAGES];
-  size_t chunk_bytes; /* HOOP_CUDA_CHUNK_BYTES when the proxy started */
 };
+
+/* ---- CUDA entry points -------------------------------------------------- */
 
 /* A process without a usable driver says so once; its buffers are host. */
 static int no_cuda;
@@ -59,6 +97,28 @@ static hoop_result_t cuda_error(struct hoop_comm *comm, cudaError_t e,
                                 const char *what) {
   return HOOP_ERROR(comm, HOOP_ERR_SYSTEM, "%s: CUDA error %s: %s", what,
                     cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
+typedef CUresult (*stream_value_fn)(CUstream, CUdeviceptr, cuuint32_t,
+                                    unsigned int);
+static stream_value_fn wait_value, write_value;
+static pthread_once_t memops_once = PTHREAD_ONCE_INIT;
+
+/* The driver's stream memory operations, through the runtime (no -lcuda). */
+static void load_memops(void) {
+  enum cudaDriverEntryPointQueryResult found;
+  void *fn = NULL;
+  if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &fn, 12000,
+                                       cudaEnableDefault, &found) ==
+          cudaSuccess &&
+      found == cudaDriverEntryPointSuccess)
+    wait_value = (stream_value_fn)fn;
+  if (cudaGetDriverEntryPointByVersion("cuStreamWriteValue32", &fn, 12000,
+                                       cudaEnableDefault, &found) ==
+          cudaSuccess &&
+      found == cudaDriverEntryPointSuccess)
+    write_value = (stream_value_fn)fn;
+  cudaGetLastError();
 }
 
 /* -1 for host memory, else the device holding p. */
@@ -109,68 +169,25 @@ hoop_result_t hoop__device_classify(struct hoop_comm *comm, const char *what,
   return HOOP_SUCCESS;
 }
 
-/* ---- Waiting ----------------------------------------------------------- */
-
-/* Polls `ev` until it completes, failing after the comm's timeout. */
-static hoop_result_t wait_event(struct hoop_comm *comm, cudaEvent_t ev,
-                                const char *what) {
-  long long deadline = hoop__now_ms() + comm->timeout_ms;
-  for (int polls = 0;; polls++) {
-    cudaError_t e = cudaEventQuery(ev);
-    if (e == cudaSuccess)
-      return HOOP_SUCCESS;
-    if (e != cudaErrorNotReady)
-      return cuda_error(comm, e, what);
-    if (hoop__now_ms() > deadline)
-      return HOOP_ERROR(comm, HOOP_ERR_TIMEOUT,
-                        "rank %d: %s did not finish within %d ms", comm->rank,
-                        what, comm->timeout_ms);
-    /* Copies take microseconds to milliseconds: yield, then nap. */
-    if (polls < 200) {
-      sched_yield();
-    } else {
-      struct timespec nap = {0, 20000};
-      nanosleep(&nap, NULL);
-    }
-  }
-}
-
-static void CUDART_CB gate(void *arg) {
-  struct device_job *job = arg;
-  pthread_mutex_lock(&job->lock);
-  while (!job->done)
-    pthread_cond_wait(&job->cond, &job->lock);
-  pthread_mutex_unlock(&job->lock);
-  pthread_mutex_destroy(&job->lock);
-  pthread_cond_destroy(&job->cond);
-  free(job);
-}
-
-/* ---- The chunk pipeline ------------------------------------------------ */
-
-/* How a call's buffers split into chunks that are collectives of their own. */
-struct chunking {
-  int blocks;      /* reduce-scatter / all-gather: per-rank blocks */
-  size_t total;    /* elements per block (blocks) or in the buffer */
-  size_t per;      /* elements per block (or buffer) per chunk */
-  size_t nchunks;  /* at least one, so a zero-count call still runs */
-  size_t rows;     /* blocks copied per chunk: nranks or 1 */
-};
+/* ---- Chunks -------------------------------------------------------------- */
 
 static struct chunking chunk_call(const struct hoop_comm *comm,
-                                  const struct device_job *job,
+                                  const struct hoop_call *c, size_t per_rank,
                                   size_t chunk_bytes) {
-  const struct hoop_call *c = &job->call;
-  size_t es = c->elem_size, n = (size_t)comm->nranks;
-  struct chunking k = {0};
-  k.blocks = c->coll == HOOP_COLL_REDUCE_SCATTER ||
-             c->coll == HOOP_COLL_ALLGATHER;
-  k.total = k.blocks ? job->per_rank : c->count;
-  size_t row = k.blocks ? n * es : es;
+  int blocks = c->coll == HOOP_COLL_REDUCE_SCATTER ||
+               c->coll == HOOP_COLL_ALLGATHER;
+  struct chunking k;
+  k.rows = blocks ? (size_t)comm->nranks : 1;
+  k.total = blocks ? per_rank : c->count;
+  size_t row = k.rows * c->elem_size;
   k.per = chunk_bytes / row > 0 ? chunk_bytes / row : 1;
   k.nchunks = k.total == 0 ? 1 : (k.total + k.per - 1) / k.per;
-  k.rows = k.blocks ? n : 1;
   return k;
+}
+
+static size_t chunk_elems(const struct chunking *k, size_t i) {
+  size_t lo = i * k->per;
+  return k->total - lo < k->per ? k->total - lo : k->per;
 }
 
 /* Which of its buffers this rank passes for the call (NCCL's rules). */
@@ -182,117 +199,209 @@ static void rank_buffers(const struct hoop_comm *comm,
 }
 
 /*
- * Copies chunk `i` of the send buffer into stage s.  A reduce-scatter
- * chunk is the same element range of every rank's block, gathered into
- * contiguous blocks by one 2-D copy.
+ * Copies chunk i of the send buffer into stage s.  A reduce-scatter chunk
+ * is the same element range of every rank's block, gathered into
+ * contiguous blocks by one 2-D copy; an all-gather result is scattered
+ * back the same way.
  */
 static cudaError_t copy_in(struct hoop_device *d, const struct device_job *j,
-                           const struct chunking *k, size_t i, int s) {
+                           size_t i, int s) {
   const struct hoop_call *c = &j->call;
-  size_t es = c->elem_size, lo = i * k->per;
-  size_t n = k->total - lo < k->per ? k->total - lo : k->per;
-  cudaError_t e = cudaSuccess;
-  if (n > 0 && c->coll == HOOP_COLL_REDUCE_SCATTER)
-    e = cudaMemcpy2DAsync(d->stage_in[s], n * es, c->send + lo * es,
-                          j->per_rank * es, n * es, k->rows,
-                          cudaMemcpyDeviceToHost, d->d2h);
-  else if (n > 0)
-    e = cudaMemcpyAsync(d->stage_in[s], c->send + lo * es, n * es,
-                        cudaMemcpyDeviceToHost, d->d2h);
-  if (e == cudaSuccess)
-    e = cudaEventRecord(d->in_ready[s], d->d2h);
-  return e;
+  size_t es = c->elem_size, n = chunk_elems(&j->k, i);
+  const char *src = c->send + i * j->k.per * es;
+  if (n == 0)
+    return cudaSuccess;
+  if (c->coll == HOOP_COLL_REDUCE_SCATTER)
+    return cudaMemcpy2DAsync(d->stage_in[s], n * es, src, j->per_rank * es,
+                             n * es, j->k.rows, cudaMemcpyDeviceToHost,
+                             d->d2h);
+  return cudaMemcpyAsync(d->stage_in[s], src, n * es,
+                         cudaMemcpyDeviceToHost, d->d2h);
 }
 
-/* Copies chunk `i`'s result from stage s into the receive buffer. */
-static cudaError_t copy_out(struct hoop_device *d,
-                            const struct device_job *j,
-                            const struct chunking *k, size_t i, int s) {
+static cudaError_t copy_out(struct hoop_device *d, const struct device_job *j,
+                            size_t i, int s) {
   const struct hoop_call *c = &j->call;
-  size_t es = c->elem_size, lo = i * k->per;
-  size_t n = k->total - lo < k->per ? k->total - lo : k->per;
-  cudaError_t e = cudaSuccess;
-  if (n > 0 && c->coll == HOOP_COLL_ALLGATHER)
-    e = cudaMemcpy2DAsync(c->recv + lo * es, j->per_rank * es,
-                          d->stage_out[s], n * es, n * es, k->rows,
-                          cudaMemcpyHostToDevice, d->h2d);
-  else if (n > 0)
-    e = cudaMemcpyAsync(c->recv + lo * es, d->stage_out[s], n * es,
-                        cudaMemcpyHostToDevice, d->h2d);
-  if (e == cudaSuccess)
-    e = cudaEventRecord(d->out_free[s], d->h2d);
-  return e;
+  size_t es = c->elem_size, n = chunk_elems(&j->k, i);
+  char *dst = c->recv + i * j->k.per * es;
+  if (n == 0)
+    return cudaSuccess;
+  if (c->coll == HOOP_COLL_ALLGATHER)
+    return cudaMemcpy2DAsync(dst, j->per_rank * es, d->stage_out[s], n * es,
+                             n * es, j->k.rows, cudaMemcpyHostToDevice,
+                             d->h2d);
+  return cudaMemcpyAsync(dst, d->stage_out[s], n * es,
+                         cudaMemcpyHostToDevice, d->h2d);
+}
+
+static CUdeviceptr flag_addr(const struct hoop_device *d, const uint32_t *f) {
+  return d->flags_dev + (CUdeviceptr)((const char *)f - (const char *)d->flags);
+}
+
+/* The driver's CUresult has no runtime text; name the failure instead. */
+static cudaError_t stream_wait(struct hoop_device *d, cudaStream_t s,
+                               const uint32_t *flag, uint32_t value) {
+  CUresult r = wait_value((CUstream)s, flag_addr(d, flag), value,
+                          CU_STREAM_WAIT_VALUE_GEQ);
+  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorNotSupported;
+}
+
+static cudaError_t stream_write(struct hoop_device *d, cudaStream_t s,
+                                const uint32_t *flag, uint32_t value) {
+  CUresult r = write_value((CUstream)s, flag_addr(d, flag), value,
+                           CU_STREAM_WRITE_VALUE_DEFAULT);
+  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorNotSupported;
 }
 
 /*
- * Runs one queued call: chunk i+1 is copied in while chunk i runs as a
- * host collective and chunk i-1 is copied out.
+ * Enqueues a job's GPU side behind the work on `user`, and makes `user`
+ * wait for it.  Counter values are chunk numbers plus one.
  */
-static hoop_result_t run_job(struct hoop_comm *comm, struct hoop_device *d,
-                             struct device_job *j) {
-  const char *what = hoop__collective_name(j->label);
-  struct chunking k = chunk_call(comm, j, d->chunk_bytes);
+static cudaError_t enqueue_gpu(struct hoop_comm *comm, struct hoop_device *d,
+                               const struct device_job *j,
+                               cudaStream_t user) {
   int has_send, has_recv;
   rank_buffers(comm, &j->call, &has_send, &has_recv);
-  cudaError_t e = cudaStreamWaitEvent(d->d2h, j->input, 0);
-  for (int s = 0; s < STAGES && e == cudaSuccess; s++)
-    e = cudaEventRecord(d->out_free[s], d->h2d);
-  if (e == cudaSuccess && has_send)
-    e = copy_in(d, j, &k, 0, 0);
-  if (e != cudaSuccess)
-    return cuda_error(comm, e, what);
-  for (size_t i = 0; i < k.nchunks; i++) {
-    int s = (int)(i % STAGES);
-    /* The next stage's input buffer is free: its collective has run. */
-    if (i + 1 < k.nchunks && has_send) {
-      e = copy_in(d, j, &k, i + 1, (int)((i + 1) % STAGES));
-      if (e != cudaSuccess)
-        return cuda_error(comm, e, what);
+  cudaError_t e = cudaEventRecord(d->forked, user);
+  if (e == cudaSuccess)
+    e = cudaStreamWaitEvent(d->d2h, d->forked, 0);
+  if (e == cudaSuccess)
+    e = cudaStreamWaitEvent(d->h2d, d->forked, 0);
+  for (size_t i = 0; i < j->k.nchunks && e == cudaSuccess; i++) {
+    uint32_t c = j->first + (uint32_t)i;
+    int s = (int)(c % STAGES);
+    /* Stage s's input is free once chunk c - STAGES is reduced. */
+    e = stream_wait(d, d->d2h, &d->flags->reduced, c - STAGES + 1);
+    if (e == cudaSuccess && has_send)
+      e = copy_in(d, j, i, s);
+    if (e == cudaSuccess)
+      e = stream_write(d, d->d2h, &d->flags->staged, c + 1);
+    if (e == cudaSuccess)
+      e = stream_wait(d, d->h2d, &d->flags->reduced, c + 1);
+    if (e == cudaSuccess && has_recv)
+      e = copy_out(d, j, i, s);
+    if (e == cudaSuccess)
+      e = stream_write(d, d->h2d, &d->flags->drained, c + 1);
+  }
+  if (e == cudaSuccess)
+    e = cudaEventRecord(d->joined_d2h, d->d2h);
+  if (e == cudaSuccess)
+    e = cudaEventRecord(d->joined_h2d, d->h2d);
+  if (e == cudaSuccess)
+    e = cudaStreamWaitEvent(user, d->joined_d2h, 0);
+  if (e == cudaSuccess)
+    e = cudaStreamWaitEvent(user, d->joined_h2d, 0);
+  return e;
+}
+
+/* ---- The proxy thread ---------------------------------------------------- */
+
+/* (int32_t)(a - b) >= 0: a has reached b, modulo 2^32 like the GPU's GEQ. */
+static int reached(uint32_t a, uint32_t b) { return (int32_t)(a - b) >= 0; }
+
+/* Waits for a counter the GPU writes, failing after the comm's timeout. */
+static hoop_result_t wait_flag(struct hoop_comm *comm, const uint32_t *flag,
+                               uint32_t value, const char *what) {
+  long long deadline = hoop__now_ms() + comm->timeout_ms;
+  for (int polls = 0;; polls++) {
+    if (reached(__atomic_load_n(flag, __ATOMIC_ACQUIRE), value))
+      return HOOP_SUCCESS;
+    if (__atomic_load_n(&comm->aborted, __ATOMIC_ACQUIRE))
+      return HOOP_ERROR(comm, HOOP_ERR_ABORTED, "rank %d: aborted while %s",
+                        comm->rank, what);
+    if ((polls & 255) == 0 && hoop__now_ms() > deadline)
+      return HOOP_ERROR(comm, HOOP_ERR_TIMEOUT,
+                        "rank %d: timed out after %d ms %s", comm->rank,
+                        comm->timeout_ms, what);
+    /* Copies take microseconds to milliseconds: yield, then nap. */
+    if (polls < 2000) {
+      sched_yield();
+    } else {
+      struct timespec nap = {0, 20000};
+      nanosleep(&nap, NULL);
     }
-    if (has_send)
-      HOOP_CHECK(wait_event(comm, d->in_ready[s],
-                            "copying the send buffer to the host"));
-    HOOP_CHECK(wait_event(comm, d->out_free[s],
-                          "copying a result to the device"));
-    size_t lo = i * k.per;
-    size_t n = k.total - lo < k.per ? k.total - lo : k.per;
+  }
+}
+
+static hoop_result_t run_job(struct hoop_comm *comm, struct hoop_device *d,
+                             struct device_job *j) {
+  int has_send, has_recv;
+  rank_buffers(comm, &j->call, &has_send, &has_recv);
+  for (size_t i = 0; i < j->k.nchunks; i++) {
+    uint32_t c = j->first + (uint32_t)i;
+    int s = (int)(c % STAGES);
+    HOOP_CHECK(wait_flag(comm, &d->flags->staged, c + 1,
+                         "waiting for the stream to reach the call and copy "
+                         "its input to the host"));
+    HOOP_CHECK(wait_flag(comm, &d->flags->drained, c - STAGES + 1,
+                         "waiting for an earlier result's copy to the "
+                         "device"));
     struct hoop_call h = {.coll = j->call.coll,
                           .send = has_send ? d->stage_in[s] : NULL,
                           .recv = has_recv ? d->stage_out[s] : NULL,
                           .dtype = j->call.dtype,
                           .op = j->call.op,
                           .root = j->call.root};
-    HOOP_CHECK(hoop__collective_run(comm, &h, n, j->label));
-    if (has_recv) {
-      e = copy_out(d, j, &k, i, s);
-      if (e != cudaSuccess)
-        return cuda_error(comm, e, what);
-    }
+    HOOP_CHECK(hoop__collective_run(comm, &h, chunk_elems(&j->k, i),
+                                    j->label));
+    __atomic_store_n(&d->flags->reduced, c + 1, __ATOMIC_RELEASE);
   }
-  for (int s = 0; s < STAGES; s++)
-    HOOP_CHECK(wait_event(comm, d->out_free[s],
-                          "copying a result to the device"));
   return HOOP_SUCCESS;
 }
 
-/* ---- The proxy thread ---------------------------------------------------- */
+static void *proxy_main(void *arg) {
+  struct hoop_comm *comm = arg;
+  struct hoop_device *d = comm->device;
+  pthread_mutex_lock(&d->lock);
+  for (;;) {
+    while (d->head == NULL && !d->stopping)
+      pthread_cond_wait(&d->cond, &d->lock);
+    struct device_job *j = d->head;
+    if (j == NULL)
+      break;
+    hoop_result_t prior = j->failed != HOOP_SUCCESS ? j->failed : d->error;
+    pthread_mutex_unlock(&d->lock);
+    /* After a failure the ranks are out of step: later calls only fail. */
+    hoop_result_t res = prior != HOOP_SUCCESS ? prior : run_job(comm, d, j);
+    if (res != HOOP_SUCCESS && comm->broken == HOOP_SUCCESS)
+      hoop__comm_break(comm, res);
+    /* Whatever happened, the GPU must not wait for this job forever. */
+    __atomic_store_n(&d->flags->reduced, j->first + (uint32_t)j->k.nchunks,
+                     __ATOMIC_RELEASE);
+    pthread_mutex_lock(&d->lock);
+    d->head = j->next;
+    if (d->head == NULL)
+      d->tail = NULL;
+    if (d->error == HOOP_SUCCESS)
+      d->error = res;
+    d->finished++;
+    pthread_cond_broadcast(&d->cond);
+    free(j);
+  }
+  pthread_mutex_unlock(&d->lock);
+  return NULL;
+}
 
-/*
- * Streams, events and pinned staging, made on the caller's thread before
- * its first gate exists: pinned allocations may synchronise the device,
- * which would wait forever for a stream held by a gate.
- */
+/* ---- Set-up and teardown ------------------------------------------------- */
+
 static cudaError_t device_resources(struct hoop_device *d, size_t stage) {
   cudaError_t e = cudaStreamCreateWithFlags(&d->d2h, cudaStreamNonBlocking);
   if (e == cudaSuccess)
     e = cudaStreamCreateWithFlags(&d->h2d, cudaStreamNonBlocking);
+  cudaEvent_t *events[] = {&d->forked, &d->joined_d2h, &d->joined_h2d};
+  for (int i = 0; i < 3 && e == cudaSuccess; i++)
+    e = cudaEventCreateWithFlags(events[i], cudaEventDisableTiming);
+  if (e == cudaSuccess)
+    e = cudaHostAlloc((void **)&d->flags, sizeof *d->flags,
+                      cudaHostAllocMapped | cudaHostAllocPortable);
+  if (e == cudaSuccess) {
+    memset(d->flags, 0, sizeof *d->flags);
+    void *dev = NULL;
+    e = cudaHostGetDevicePointer(&dev, d->flags, 0);
+    d->flags_dev = (CUdeviceptr)(uintptr_t)dev;
+  }
   for (int s = 0; s < STAGES && e == cudaSuccess; s++) {
-    e = cudaEventCreateWithFlags(&d->in_ready[s], cudaEventDisableTiming);
-    if (e == cudaSuccess)
-      e = cudaEventCreateWithFlags(&d->out_free[s], cudaEventDisableTiming);
-    if (e == cudaSuccess)
-      e = cudaHostAlloc((void **)&d->stage_in[s], stage,
-                        cudaHostAllocPortable);
+    e = cudaHostAlloc((void **)&d->stage_in[s], stage, cudaHostAllocPortable);
     if (e == cudaSuccess)
       e = cudaHostAlloc((void **)&d->stage_out[s], stage,
                         cudaHostAllocPortable);
@@ -300,14 +409,21 @@ static cudaError_t device_resources(struct hoop_device *d, size_t stage) {
   return e;
 }
 
+/* Waits for the helper streams (the proxy released every counter first). */
 static void device_release(struct hoop_device *d) {
+  if (d->d2h != NULL)
+    cudaStreamSynchronize(d->d2h);
+  if (d->h2d != NULL)
+    cudaStreamSynchronize(d->h2d);
   for (int s = 0; s < STAGES; s++) {
     cudaFreeHost(d->stage_in[s]);
     cudaFreeHost(d->stage_out[s]);
-    if (d->in_ready[s] != NULL)
-      cudaEventDestroy(d->in_ready[s]);
-    if (d->out_free[s] != NULL)
-      cudaEventDestroy(d->out_free[s]);
+  }
+  cudaFreeHost(d->flags);
+  cudaEvent_t events[] = {d->forked, d->joined_d2h, d->joined_h2d};
+  for (int i = 0; i < 3; i++) {
+    if (events[i] != NULL)
+      cudaEventDestroy(events[i]);
   }
   if (d->d2h != NULL)
     cudaStreamDestroy(d->d2h);
@@ -318,51 +434,14 @@ static void device_release(struct hoop_device *d) {
   free(d);
 }
 
-static void finish(struct device_job *j) {
-  pthread_mutex_lock(&j->lock);
-  j->done = 1;
-  pthread_cond_signal(&j->cond);
-  pthread_mutex_unlock(&j->lock);
-}
-
-static void *proxy_main(void *arg) {
-  struct hoop_comm *comm = arg;
-  struct hoop_device *d = comm->device;
-  cudaError_t e = cudaSetDevice(d->device);
-  hoop_result_t setup =
-      e == cudaSuccess ? HOOP_SUCCESS
-                       : cuda_error(comm, e, "device proxy thread");
-  pthread_mutex_lock(&d->lock);
-  for (;;) {
-    while (d->head == NULL && !d->stopping)
-      pthread_cond_wait(&d->cond, &d->lock);
-    struct device_job *j = d->head;
-    if (j == NULL)
-      break;
-    hoop_result_t prior = setup != HOOP_SUCCESS ? setup : d->error;
-    pthread_mutex_unlock(&d->lock);
-    /* After a failure the ranks are out of step: later calls only fail. */
-    hoop_result_t res = prior != HOOP_SUCCESS ? prior : run_job(comm, d, j);
-    if (res != HOOP_SUCCESS && prior == HOOP_SUCCESS &&
-        comm->broken == HOOP_SUCCESS)
-      hoop__comm_break(comm, res);
-    cudaEventDestroy(j->input);
-    pthread_mutex_lock(&d->lock);
-    d->head = j->next;
-    if (d->head == NULL)
-      d->tail = NULL;
-    if (d->error == HOOP_SUCCESS)
-      d->error = res;
-    d->finished++;
-    pthread_cond_broadcast(&d->cond);
-    finish(j);
-  }
-  pthread_mutex_unlock(&d->lock);
-  return NULL;
-}
-
 static hoop_result_t device_start(struct hoop_comm *comm, int device,
                                   size_t chunk_bytes) {
+  pthread_once(&memops_once, load_memops);
+  if (wait_value == NULL || write_value == NULL)
+    return HOOP_ERROR(comm, HOOP_ERR_UNSUPPORTED,
+                      "device buffers need CUDA stream memory operations "
+                      "(cuStreamWaitValue32), which this driver does not "
+                      "offer");
   struct hoop_device *d = calloc(1, sizeof *d);
   if (d == NULL)
     return HOOP_ERROR(comm, HOOP_ERR_NO_MEMORY, "device proxy");
@@ -396,7 +475,6 @@ static hoop_result_t device_start(struct hoop_comm *comm, int device,
   return HOOP_SUCCESS;
 }
 
-/* Devices of one process may differ per call only by comm; see classify. */
 static int call_device(const struct hoop_call *c) {
   int dev = device_of(c->send);
   return dev >= 0 ? dev : device_of(c->recv);
@@ -406,9 +484,7 @@ static int call_device(const struct hoop_call *c) {
 static hoop_result_t run_single_device(struct hoop_comm *comm,
                                        const struct hoop_call *c,
                                        hoop_stream_t stream) {
-  if (c->coll == HOOP_COLL_REDUCE && c->recv == NULL)
-    return HOOP_SUCCESS;
-  if (c->bytes == 0 || c->send == c->recv)
+  if (c->recv == NULL || c->bytes == 0 || c->send == c->recv)
     return HOOP_SUCCESS;
   cudaError_t e = cudaMemcpyAsync(c->recv, c->send, c->bytes,
                                   cudaMemcpyDeviceToDevice,
@@ -440,24 +516,17 @@ hoop_result_t hoop__device_enqueue(struct hoop_comm *comm,
   j->call = *c;
   j->per_rank = per_rank;
   j->label = label;
-  pthread_mutex_init(&j->lock, NULL);
-  pthread_cond_init(&j->cond, NULL);
-  cudaStream_t s = (cudaStream_t)stream;
-  cudaError_t e = cudaEventCreateWithFlags(&j->input, cudaEventDisableTiming);
-  if (e == cudaSuccess) {
-    e = cudaEventRecord(j->input, s);
-    if (e == cudaSuccess)
-      e = cudaLaunchHostFunc(s, gate, j);
-    if (e != cudaSuccess)
-      cudaEventDestroy(j->input);
-  }
-  if (e != cudaSuccess) {
-    pthread_mutex_destroy(&j->lock);
-    pthread_cond_destroy(&j->cond);
-    free(j);
-    return cuda_error(comm, e, what);
-  }
+  j->k = chunk_call(comm, c, per_rank, d->chunk_bytes);
   pthread_mutex_lock(&d->lock);
+  j->first = d->next_chunk;
+  d->next_chunk += (uint32_t)j->k.nchunks;
+  cudaError_t e = enqueue_gpu(comm, d, j, (cudaStream_t)stream);
+  hoop_result_t res = HOOP_SUCCESS;
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    /* Its chunks are on the streams already: the proxy releases them. */
+    res = j->failed = cuda_error(comm, e, what);
+  }
   if (d->tail != NULL)
     d->tail->next = j;
   else
@@ -466,7 +535,7 @@ hoop_result_t hoop__device_enqueue(struct hoop_comm *comm,
   d->queued++;
   pthread_cond_broadcast(&d->cond);
   pthread_mutex_unlock(&d->lock);
-  return HOOP_SUCCESS;
+  return res;
 }
 
 hoop_result_t hoop__device_drain(struct hoop_comm *comm) {
@@ -478,7 +547,11 @@ hoop_result_t hoop__device_drain(struct hoop_comm *comm) {
     pthread_cond_wait(&d->cond, &d->lock);
   hoop_result_t res = d->error;
   pthread_mutex_unlock(&d->lock);
-  return res;
+  if (res != HOOP_SUCCESS)
+    return HOOP_ERROR(comm, res,
+                      "an earlier call on device buffers failed: %s",
+                      comm->broken_reason);
+  return HOOP_SUCCESS;
 }
 
 hoop_result_t hoop__device_async_error(struct hoop_comm *comm) {
