@@ -33,14 +33,14 @@ if [ "$mode" = bench ] || [ "$mode" = all ]; then
   "$build/bench/hoop-cuda-kernels" -b 1048576 -e 1073741824 -n 20 \
     | tee "$out/kernels.txt" | grep -E "^#|float|bfloat16" | grep -vE " max "
   for n in 2 4 8; do
-    "$run" --no-prefix -n $n "$bench" -m cuda -b 1M -e 1G -f 4 -n 10 -w 2 \
+    "$run" --no-prefix -n $n "$bench" -m cuda -b 1M -e 1G -f 4 -n "${ITERS:-10}" -w 2 \
       -J "$out/allreduce-cuda-${n}ranks.jsonl" >"$out/allreduce-cuda-${n}ranks.txt" 2>&1 || status=1
     tail -7 "$out/allreduce-cuda-${n}ranks.txt"
   done
   for transport in shm tcp; do
     for m in host cuda; do
       HOOP_TRANSPORT=$transport "$run" --no-prefix -n 2 "$bench" -m $m \
-        -b 1M -e 1G -f 4 -n 10 -w 2 >"$out/allreduce-2ranks-$transport-$m.txt" 2>&1 || status=1
+        -b 1M -e 1G -f 4 -n "${ITERS:-10}" -w 2 >"$out/allreduce-2ranks-$transport-$m.txt" 2>&1 || status=1
       echo "== 2 ranks, $transport, $m buffers"; tail -6 "$out/allreduce-2ranks-$transport-$m.txt"
     done
   done

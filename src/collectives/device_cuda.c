@@ -63,8 +63,7 @@ struct device_job {
   size_t per_rank;
   hoop_coll_t label;
   struct chunking k;
-  uint32_t first;       /* counter value of its first chunk */
-  hoop_result_t failed; /* enqueueing failed part way: release, don't run */
+  uint32_t first; /* counter value of its first chunk */
 };
 
 struct hoop_device {
@@ -77,8 +76,14 @@ struct hoop_device {
   uint64_t queued, finished; /* jobs, under lock */
   int stopping;
   hoop_result_t error; /* first failure of a queued call */
+  int poisoned; /* a call's GPU work was only partly queued (atomic) */
 
-  /* Used by the calling thread, under lock. */
+  /*
+   * Used by the calling thread under enqueue_lock, which the proxy never
+   * takes: queueing GPU work can block until the GPU drains its queue,
+   * which may need the proxy to move on to the job being queued.
+   */
+  pthread_mutex_t enqueue_lock;
   cudaStream_t d2h, h2d;
   cudaEvent_t forked, joined_d2h, joined_h2d;
   uint32_t next_chunk;
@@ -300,12 +305,18 @@ static cudaError_t enqueue_gpu(struct hoop_comm *comm, struct hoop_device *d,
 static int reached(uint32_t a, uint32_t b) { return (int32_t)(a - b) >= 0; }
 
 /* Waits for a counter the GPU writes, failing after the comm's timeout. */
-static hoop_result_t wait_flag(struct hoop_comm *comm, const uint32_t *flag,
-                               uint32_t value, const char *what) {
+static hoop_result_t wait_flag(struct hoop_comm *comm, struct hoop_device *d,
+                               const uint32_t *flag, uint32_t value,
+                               const char *what) {
   long long deadline = hoop__now_ms() + comm->timeout_ms;
   for (int polls = 0;; polls++) {
     if (reached(__atomic_load_n(flag, __ATOMIC_ACQUIRE), value))
       return HOOP_SUCCESS;
+    if (__atomic_load_n(&d->poisoned, __ATOMIC_ACQUIRE))
+      return HOOP_ERROR(comm, HOOP_ERR_SYSTEM,
+                        "rank %d: a call's GPU work could not be queued "
+                        "whole, so its counters will not come (while %s)",
+                        comm->rank, what);
     if (__atomic_load_n(&comm->aborted, __ATOMIC_ACQUIRE))
       return HOOP_ERROR(comm, HOOP_ERR_ABORTED, "rank %d: aborted while %s",
                         comm->rank, what);
@@ -330,10 +341,10 @@ static hoop_result_t run_job(struct hoop_comm *comm, struct hoop_device *d,
   for (size_t i = 0; i < j->k.nchunks; i++) {
     uint32_t c = j->first + (uint32_t)i;
     int s = (int)(c % STAGES);
-    HOOP_CHECK(wait_flag(comm, &d->flags->staged, c + 1,
+    HOOP_CHECK(wait_flag(comm, d, &d->flags->staged, c + 1,
                          "waiting for the stream to reach the call and copy "
                          "its input to the host"));
-    HOOP_CHECK(wait_flag(comm, &d->flags->drained, c - STAGES + 1,
+    HOOP_CHECK(wait_flag(comm, d, &d->flags->drained, c - STAGES + 1,
                          "waiting for an earlier result's copy to the "
                          "device"));
     struct hoop_call h = {.coll = j->call.coll,
@@ -359,7 +370,7 @@ static void *proxy_main(void *arg) {
     struct device_job *j = d->head;
     if (j == NULL)
       break;
-    hoop_result_t prior = j->failed != HOOP_SUCCESS ? j->failed : d->error;
+    hoop_result_t prior = d->error;
     pthread_mutex_unlock(&d->lock);
     /* After a failure the ranks are out of step: later calls only fail. */
     hoop_result_t res = prior != HOOP_SUCCESS ? prior : run_job(comm, d, j);
@@ -430,6 +441,7 @@ static void device_release(struct hoop_device *d) {
   if (d->h2d != NULL)
     cudaStreamDestroy(d->h2d);
   pthread_mutex_destroy(&d->lock);
+  pthread_mutex_destroy(&d->enqueue_lock);
   pthread_cond_destroy(&d->cond);
   free(d);
 }
@@ -448,6 +460,7 @@ static hoop_result_t device_start(struct hoop_comm *comm, int device,
   d->device = device;
   d->chunk_bytes = chunk_bytes;
   pthread_mutex_init(&d->lock, NULL);
+  pthread_mutex_init(&d->enqueue_lock, NULL);
   pthread_cond_init(&d->cond, NULL);
   /* The widest chunk row: one element of every rank's block. */
   size_t row = (size_t)comm->nranks * 8;
@@ -517,16 +530,16 @@ hoop_result_t hoop__device_enqueue(struct hoop_comm *comm,
   j->per_rank = per_rank;
   j->label = label;
   j->k = chunk_call(comm, c, per_rank, d->chunk_bytes);
-  pthread_mutex_lock(&d->lock);
+  pthread_mutex_lock(&d->enqueue_lock);
   j->first = d->next_chunk;
   d->next_chunk += (uint32_t)j->k.nchunks;
-  cudaError_t e = enqueue_gpu(comm, d, j, (cudaStream_t)stream);
-  hoop_result_t res = HOOP_SUCCESS;
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    /* Its chunks are on the streams already: the proxy releases them. */
-    res = j->failed = cuda_error(comm, e, what);
-  }
+  /*
+   * The proxy gets the job first, so that it works through the chunks
+   * while the rest are queued; it may finish and free the job meanwhile,
+   * hence the copy.
+   */
+  struct device_job mine = *j;
+  pthread_mutex_lock(&d->lock);
   if (d->tail != NULL)
     d->tail->next = j;
   else
@@ -535,7 +548,14 @@ hoop_result_t hoop__device_enqueue(struct hoop_comm *comm,
   d->queued++;
   pthread_cond_broadcast(&d->cond);
   pthread_mutex_unlock(&d->lock);
-  return res;
+  cudaError_t e = enqueue_gpu(comm, d, &mine, (cudaStream_t)stream);
+  pthread_mutex_unlock(&d->enqueue_lock);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    __atomic_store_n(&d->poisoned, 1, __ATOMIC_RELEASE);
+    return cuda_error(comm, e, what);
+  }
+  return HOOP_SUCCESS;
 }
 
 hoop_result_t hoop__device_drain(struct hoop_comm *comm) {
