@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "harness.h"
+#include "hoop_build_config.h"
 
 using namespace hooptest;
 
@@ -87,6 +88,34 @@ TEST(Errors, BadArgumentsReturnInvalidArgumentAndCommStaysUsable) {
     RANK_EXPECT(log, got == rank, "rank %d", got);
     expect_usable(log, comm, nranks);
   });
+  EXPECT_TRUE(r.all_ok()) << describe(r);
+}
+
+// A stream asks for CUDA ordering.  A build without CUDA refuses it by
+// name; a CUDA build either waits for it (a GPU is there) or fails naming
+// CUDA's error, and the communicator stays usable either way.
+TEST(Errors, StreamNeedsCuda) {
+  RunResult r = run_ranks(
+      2, [](RankLog &log, hoop_comm_t comm, int rank, int nranks) {
+        // CUDA's cudaStreamLegacy handle.
+        hoop_stream_t legacy = reinterpret_cast<hoop_stream_t>(0x1);
+        int64_t v = rank, sum = 0;
+        hoop_result_t res = hoop_allreduce(comm, &v, &sum, 1, HOOP_I64,
+                                           HOOP_SUM, legacy);
+        const char *msg = hoop_comm_last_error(comm);
+        if (!HOOP_HAVE_CUDA) {
+          RANK_EXPECT(log, res == HOOP_ERR_UNSUPPORTED, "got %s",
+                      hoop_result_name(res));
+          RANK_EXPECT(log, strstr(msg, "has no CUDA") != nullptr, "%s", msg);
+        } else if (res != HOOP_SUCCESS) {
+          RANK_EXPECT(log, strstr(msg, "CUDA error") != nullptr, "%s", msg);
+        }
+        RANK_EXPECT_OK(log, comm,
+                       hoop_allreduce(comm, &v, &sum, 1, HOOP_I64, HOOP_SUM,
+                                      nullptr));
+        RANK_EXPECT(log, sum == nranks * (nranks - 1) / 2, "sum %lld",
+                    (long long)sum);
+      });
   EXPECT_TRUE(r.all_ok()) << describe(r);
 }
 
