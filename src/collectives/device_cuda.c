@@ -558,12 +558,13 @@ hoop_result_t hoop__device_enqueue(struct hoop_comm *comm,
   return HOOP_SUCCESS;
 }
 
-hoop_result_t hoop__device_drain(struct hoop_comm *comm) {
+/* The first failure of a queued call, after the queue empties if `wait`. */
+static hoop_result_t queue_error(struct hoop_comm *comm, int wait) {
   struct hoop_device *d = comm->device;
   if (d == NULL)
     return HOOP_SUCCESS;
   pthread_mutex_lock(&d->lock);
-  while (d->finished < d->queued)
+  while (wait && d->finished < d->queued)
     pthread_cond_wait(&d->cond, &d->lock);
   hoop_result_t res = d->error;
   pthread_mutex_unlock(&d->lock);
@@ -574,18 +575,12 @@ hoop_result_t hoop__device_drain(struct hoop_comm *comm) {
   return HOOP_SUCCESS;
 }
 
+hoop_result_t hoop__device_drain(struct hoop_comm *comm) {
+  return queue_error(comm, 1);
+}
+
 hoop_result_t hoop__device_async_error(struct hoop_comm *comm) {
-  struct hoop_device *d = comm->device;
-  if (d == NULL)
-    return HOOP_SUCCESS;
-  pthread_mutex_lock(&d->lock);
-  hoop_result_t res = d->error;
-  pthread_mutex_unlock(&d->lock);
-  if (res != HOOP_SUCCESS)
-    return HOOP_ERROR(comm, res,
-                      "an earlier call on device buffers failed: %s",
-                      comm->broken_reason);
-  return HOOP_SUCCESS;
+  return queue_error(comm, 0);
 }
 
 void hoop__device_free(struct hoop_comm *comm) {
