@@ -1,14 +1,15 @@
 /*
  * Collectives on CUDA device buffers, ordered on the caller's stream.
  *
- * A call on device buffers is queued and returns at once.  The caller's
- * stream gets a gate (a host function) that holds the stream's later work
- * until the call is done; the communicator's proxy thread waits for the
- * stream's earlier work, then runs the call in chunks staged through pinned
- * host memory: device-to-host copies of the next chunk, the host collective
- * on this one (any transport), and host-to-device copies of the previous
- * one overlap.  Host-buffer calls first wait for queued device calls, so
- * every rank runs its calls in the order it made them.
+ * A call on device buffers is queued and returns at once.  Its chunks are
+ * staged through pinned host memory: the GPU copies a chunk to the host
+ * behind the work already on the caller's stream, the communicator's proxy
+ * thread runs the host collective on it (any transport), and the GPU copies
+ * the result back; later work on the stream waits for that.  Copies of the
+ * next chunk, the network and copies of the previous chunk overlap.  Host
+ * buffer calls first wait for queued device calls, so every rank runs its
+ * calls in the order it made them.  device_cuda.c says how the GPU and the
+ * proxy wait for each other.
  *
  * Without CUDA (HOOP_HAVE_CUDA 0) every buffer is host memory and a call
  * that names a stream fails with HOOP_ERR_UNSUPPORTED.
