@@ -3,16 +3,21 @@
 #   bench/cuda_suite.sh test    build, run the CUDA test cases
 #   bench/cuda_suite.sh bench   build, run the kernel and collective benches
 #   bench/cuda_suite.sh all     both
-# BUILD_DIR (default build-gpu) is the build; logs go to OUT (default
-# BUILD_DIR/out).  A machine without Debian's libgtest-dev can take
-# GoogleTest unpacked from that package into .deps (git-ignored):
+# BUILD_DIR (default build-gpu) is the build; logs go to BUILD_DIR/out, and
+# when OUT is set (the device tool's result folder, which returns at most 8
+# files) into one archive there, OUT/cuda-suite.tgz.  A machine without
+# Debian's libgtest-dev can take GoogleTest unpacked from that package into
+# .deps (git-ignored):
 #   apt-get download libgtest-dev && dpkg -x libgtest-dev_*.deb .deps
 set -uo pipefail
 mode=${1:-all}
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$root/build-gpu}
-out=${OUT:-$build/out}
+out=$build/out
+rm -rf "$out"
 mkdir -p "$out"
+# Whatever happens, the logs so far travel back in one file.
+[ -n "${OUT:-}" ] && trap 'tar czf "$OUT/cuda-suite.tgz" -C "$out" .' EXIT
 nvidia-smi >"$out/nvidia-smi.txt" 2>&1 || true
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DHOOP_WERROR=ON -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" \
