@@ -283,8 +283,7 @@ HOOP_API hoop_result_t hoop_group_end(void);
 
 /*
  * alltoall: block p of rank r's sendbuf (count elements) lands in block r
- *   of rank p's recvbuf.  sendbuf and recvbuf must not overlap.  Host
- *   buffers only, like send and recv.
+ *   of rank p's recvbuf.  sendbuf and recvbuf must not overlap.
  */
 HOOP_API hoop_result_t hoop_alltoall(hoop_comm_t comm, const void *sendbuf,
                                      void *recvbuf, size_t count,

@@ -207,7 +207,14 @@ INSTANTIATE_TEST_SUITE_P(
 
 // ---- Collectives on device buffers --------------------------------------
 
-enum class Coll { AllReduce, ReduceScatter, AllGather, Broadcast, Reduce };
+enum class Coll {
+  AllReduce,
+  ReduceScatter,
+  AllGather,
+  Broadcast,
+  Reduce,
+  AllToAll
+};
 
 const char *coll_name(Coll c) {
   switch (c) {
@@ -216,6 +223,7 @@ const char *coll_name(Coll c) {
   case Coll::AllGather: return "allgather";
   case Coll::Broadcast: return "broadcast";
   case Coll::Reduce: return "reduce";
+  case Coll::AllToAll: return "alltoall";
   }
   return "?";
 }
@@ -224,7 +232,7 @@ struct Case {
   Coll coll;
   hoop_dtype_t dtype;
   hoop_op_t op;
-  size_t count; // reduce-scatter / all-gather: one rank's block
+  size_t count; // reduce-scatter, all-gather, all-to-all: one rank's block
   bool in_place;
   int root;
   uint64_t seed;
@@ -261,7 +269,8 @@ bool guards_intact(RankLog &log, DeviceBuf &b, const std::string &what) {
 void run_case(RankLog &log, hoop_comm_t comm, cudaStream_t stream, int rank,
               int nranks, const Case &c) {
   size_t esz = hoop_dtype_size(c.dtype);
-  bool blocks = c.coll == Coll::ReduceScatter || c.coll == Coll::AllGather;
+  bool blocks = c.coll == Coll::ReduceScatter || c.coll == Coll::AllGather ||
+                c.coll == Coll::AllToAll;
   size_t total = blocks ? c.count * nranks : c.count;
   std::string what = std::string(coll_name(c.coll)) + " " +
                      hoop_dtype_name(c.dtype) + " " + hoop_op_name(c.op) +
@@ -274,7 +283,9 @@ void run_case(RankLog &log, hoop_comm_t comm, cudaStream_t stream, int rank,
     return;
   }
   std::vector<char> host(total * esz + 1);
-  hoop_op_t fill_op = c.coll == Coll::AllGather || c.coll == Coll::Broadcast
+  hoop_op_t fill_op = c.coll == Coll::AllGather ||
+                              c.coll == Coll::Broadcast ||
+                              c.coll == Coll::AllToAll
                           ? HOOP_SUM
                           : c.op;
   char *in = send.data(), *out = recv.data();
@@ -295,6 +306,8 @@ void run_case(RankLog &log, hoop_comm_t comm, cudaStream_t stream, int rank,
     in_n = c.count;
     if (c.in_place)
       in = recv.data() + in_first * esz;
+    break;
+  case Coll::AllToAll:
     break;
   }
   fill_input(host.data(), c.dtype, fill_op, c.seed, rank, in_first, in_n);
@@ -317,6 +330,9 @@ void run_case(RankLog &log, hoop_comm_t comm, cudaStream_t stream, int rank,
     break;
   case Coll::Reduce:
     res = hoop_reduce(comm, in, out, c.count, c.dtype, c.op, c.root, stream);
+    break;
+  case Coll::AllToAll:
+    res = hoop_alltoall(comm, in, out, c.count, c.dtype, stream);
     break;
   }
   if (res != HOOP_SUCCESS) {
@@ -368,6 +384,13 @@ void run_case(RankLog &log, hoop_comm_t comm, cudaStream_t stream, int rank,
       wrong = count_wrong(got.data(), c.dtype, c.op, c.seed, nranks, 0,
                           total, 0, -1, &bad);
     break;
+  case Coll::AllToAll:
+    // Block q came from rank q: its input's block for this rank.
+    for (int q = 0; q < nranks; q++)
+      wrong += count_wrong(got.data() + q * c.count * esz, c.dtype, HOOP_SUM,
+                           c.seed, nranks, rank * c.count, c.count, 1, q,
+                           &bad);
+    break;
   }
   if (wrong > 0)
     log.fail("%s: %zu wrong elements (first at %zu)", what.c_str(), wrong,
@@ -384,13 +407,16 @@ std::vector<Case> all_cases(int nranks) {
                            (size_t)50000 + nranks};
   uint64_t seed = 1;
   for (Coll coll : {Coll::AllReduce, Coll::ReduceScatter, Coll::AllGather,
-                    Coll::Broadcast, Coll::Reduce}) {
-    bool has_op = coll != Coll::AllGather && coll != Coll::Broadcast;
+                    Coll::Broadcast, Coll::Reduce, Coll::AllToAll}) {
+    bool has_op = coll == Coll::AllReduce || coll == Coll::ReduceScatter ||
+                  coll == Coll::Reduce;
     bool rooted = coll == Coll::Broadcast || coll == Coll::Reduce;
     for (int t = 0; t < HOOP_DTYPE_COUNT; t++) {
       for (int op = 0; op < (has_op ? HOOP_OP_COUNT : 1); op++) {
         for (size_t count : counts) {
           for (bool in_place : {false, true}) {
+            if (in_place && coll == Coll::AllToAll)
+              continue; // it has no in-place form
             int root = rooted ? (int)(seed % nranks) : 0;
             cases.push_back({coll, (hoop_dtype_t)t, (hoop_op_t)op, count,
                              in_place, root, seed++});

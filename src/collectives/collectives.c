@@ -28,6 +28,7 @@ const char *hoop__collective_name(hoop_coll_t coll) {
   case HOOP_COLL_BROADCAST: return "hoop_broadcast";
   case HOOP_COLL_REDUCE: return "hoop_reduce";
   case HOOP_COLL_BARRIER: return "hoop_barrier";
+  case HOOP_COLL_ALLTOALL: return "hoop_alltoall";
   default: return "hoop collective";
   }
 }

@@ -1,6 +1,6 @@
 /*
  * What the staged device path (device.h) needs from the host collectives:
- * run one checked call on host buffers, and name a collective in errors.
+ * run one call on host buffers, and name a collective in errors.
  */
 #ifndef HOOP_COLLECTIVES_COLLECTIVES_H
 #define HOOP_COLLECTIVES_COLLECTIVES_H
@@ -20,6 +20,11 @@ struct hoop_call;
 hoop_result_t hoop__collective_run(struct hoop_comm *comm,
                                    struct hoop_call *c, size_t per_rank,
                                    hoop_coll_t label);
+
+/* All-to-all on host buffers, as hoop_alltoall runs it (p2p.c). */
+hoop_result_t hoop__alltoall_run(struct hoop_comm *comm, const void *sendbuf,
+                                 void *recvbuf, size_t count,
+                                 hoop_dtype_t dtype);
 
 /* "hoop_allreduce" and so on, for messages. */
 const char *hoop__collective_name(hoop_coll_t coll);

@@ -180,7 +180,8 @@ static struct chunking chunk_call(const struct hoop_comm *comm,
                                   const struct hoop_call *c, size_t per_rank,
                                   size_t chunk_bytes) {
   int blocks = c->coll == HOOP_COLL_REDUCE_SCATTER ||
-               c->coll == HOOP_COLL_ALLGATHER;
+               c->coll == HOOP_COLL_ALLGATHER ||
+               c->coll == HOOP_COLL_ALLTOALL;
   struct chunking k;
   k.rows = blocks ? (size_t)comm->nranks : 1;
   k.total = blocks ? per_rank : c->count;
@@ -204,10 +205,10 @@ static void rank_buffers(const struct hoop_comm *comm,
 }
 
 /*
- * Copies chunk i of the send buffer into stage s.  A reduce-scatter chunk
- * is the same element range of every rank's block, gathered into
- * contiguous blocks by one 2-D copy; an all-gather result is scattered
- * back the same way.
+ * Copies chunk i of the send buffer into stage s.  A reduce-scatter or
+ * all-to-all chunk is the same element range of every rank's block,
+ * gathered into contiguous blocks by one 2-D copy; all-gather and
+ * all-to-all results are scattered back the same way.
  */
 static cudaError_t copy_in(struct hoop_device *d, const struct device_job *j,
                            size_t i, int s) {
@@ -216,7 +217,7 @@ static cudaError_t copy_in(struct hoop_device *d, const struct device_job *j,
   const char *src = c->send + i * j->k.per * es;
   if (n == 0)
     return cudaSuccess;
-  if (c->coll == HOOP_COLL_REDUCE_SCATTER)
+  if (c->coll == HOOP_COLL_REDUCE_SCATTER || c->coll == HOOP_COLL_ALLTOALL)
     return cudaMemcpy2DAsync(d->stage_in[s], n * es, src, j->per_rank * es,
                              n * es, j->k.rows, cudaMemcpyDeviceToHost,
                              d->d2h);
@@ -231,7 +232,7 @@ static cudaError_t copy_out(struct hoop_device *d, const struct device_job *j,
   char *dst = c->recv + i * j->k.per * es;
   if (n == 0)
     return cudaSuccess;
-  if (c->coll == HOOP_COLL_ALLGATHER)
+  if (c->coll == HOOP_COLL_ALLGATHER || c->coll == HOOP_COLL_ALLTOALL)
     return cudaMemcpy2DAsync(dst, j->per_rank * es, d->stage_out[s], n * es,
                              n * es, j->k.rows, cudaMemcpyHostToDevice,
                              d->h2d);
@@ -353,8 +354,10 @@ static hoop_result_t run_job(struct hoop_comm *comm, struct hoop_device *d,
                           .dtype = j->call.dtype,
                           .op = j->call.op,
                           .root = j->call.root};
-    HOOP_CHECK(hoop__collective_run(comm, &h, chunk_elems(&j->k, i),
-                                    j->label));
+    size_t n = chunk_elems(&j->k, i);
+    HOOP_CHECK(h.coll == HOOP_COLL_ALLTOALL
+                   ? hoop__alltoall_run(comm, h.send, h.recv, n, h.dtype)
+                   : hoop__collective_run(comm, &h, n, j->label));
     __atomic_store_n(&d->flags->reduced, c + 1, __ATOMIC_RELEASE);
   }
   return HOOP_SUCCESS;

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "collectives/algorithms.h"
+#include "collectives/collectives.h"
 #include "collectives/device.h"
 #include "core/bootstrap.h"
 #include "core/comm.h"
@@ -169,8 +170,8 @@ static hoop_result_t check_message(struct hoop_comm *comm, const char *what,
 }
 
 /*
- * Point-to-point calls take host buffers only, and run after the device
- * calls queued before them so that every rank keeps its call order.
+ * Send and receive take host buffers only, and run after the device calls
+ * queued before them so that every rank keeps its call order.
  */
 static hoop_result_t host_buffers_only(struct hoop_comm *comm,
                                        const char *what, const void *a,
@@ -180,8 +181,8 @@ static hoop_result_t host_buffers_only(struct hoop_comm *comm,
   HOOP_CHECK(hoop__device_classify(comm, what, a, b, stream, &on_device));
   if (on_device)
     return HOOP_ERROR(comm, HOOP_ERR_UNSUPPORTED,
-                      "%s: device buffers are not supported by send, recv "
-                      "and alltoall yet; copy them to host memory",
+                      "%s: device buffers are not supported by send and "
+                      "recv yet; copy them to host memory",
                       what);
   return hoop__device_drain(comm);
 }
@@ -238,28 +239,33 @@ hoop_result_t hoop_group_end(void) {
   return res;
 }
 
-hoop_result_t hoop_alltoall(hoop_comm_t comm, const void *sendbuf,
-                            void *recvbuf, size_t count, hoop_dtype_t dtype,
-                            hoop_stream_t stream) {
-  HOOP_CHECK(host_buffers_only(comm, "hoop_alltoall", sendbuf, recvbuf,
-                               stream));
+/* All-to-all's arguments; *block is one peer's share in bytes. */
+static hoop_result_t check_alltoall(struct hoop_comm *comm, const void *send,
+                                    const void *recv, size_t count,
+                                    hoop_dtype_t dtype, size_t *block) {
+  const char *what = "hoop_alltoall";
+  int n = comm->nranks;
+  HOOP_CHECK(check_message(comm, what, send, count, dtype, 0, block));
+  HOOP_CHECK(check_message(comm, what, recv, count, dtype, 0, block));
+  if (*block > SIZE_MAX / (size_t)n)
+    return HOOP_ERROR(comm, HOOP_ERR_INVALID_ARGUMENT,
+                      "%s: count %zu overflows", what, count);
+  uintptr_t s = (uintptr_t)send, r = (uintptr_t)recv;
+  size_t total = *block * (size_t)n;
+  if (total > 0 && s < r + total && r < s + total)
+    return HOOP_ERROR(comm, HOOP_ERR_INVALID_ARGUMENT,
+                      "%s: sendbuf and recvbuf overlap", what);
+  return HOOP_SUCCESS;
+}
+
+hoop_result_t hoop__alltoall_run(struct hoop_comm *comm, const void *sendbuf,
+                                 void *recvbuf, size_t count,
+                                 hoop_dtype_t dtype) {
   HOOP_CHECK(hoop__comm_enter(comm, "hoop_alltoall"));
   int n = comm->nranks;
   size_t block = 0;
-  hoop_result_t res = check_message(comm, "hoop_alltoall", sendbuf, count,
-                                    dtype, 0, &block);
-  if (res == HOOP_SUCCESS)
-    res = check_message(comm, "hoop_alltoall", recvbuf, count, dtype, 0,
-                        &block);
-  if (res == HOOP_SUCCESS && block > SIZE_MAX / (size_t)n)
-    res = HOOP_ERROR(comm, HOOP_ERR_INVALID_ARGUMENT,
-                     "hoop_alltoall: count %zu overflows", count);
-  const char *s = sendbuf;
-  char *r = recvbuf;
-  size_t total = block * (size_t)n;
-  if (res == HOOP_SUCCESS && total > 0 && s < r + total && r < s + total)
-    res = HOOP_ERROR(comm, HOOP_ERR_INVALID_ARGUMENT,
-                     "hoop_alltoall: sendbuf and recvbuf overlap");
+  hoop_result_t res = check_alltoall(comm, sendbuf, recvbuf, count, dtype,
+                                     &block);
   struct p2p_request *reqs = NULL;
   if (res == HOOP_SUCCESS) {
     reqs = malloc(sizeof *reqs * 2 * (size_t)n);
@@ -267,6 +273,8 @@ hoop_result_t hoop_alltoall(hoop_comm_t comm, const void *sendbuf,
       res = HOOP_ERROR(comm, HOOP_ERR_NO_MEMORY, "alltoall");
   }
   if (res == HOOP_SUCCESS) {
+    const char *s = sendbuf;
+    char *r = recvbuf;
     for (int p = 0; p < n; p++) {
       reqs[2 * p] = (struct p2p_request){1, (char *)s + (size_t)p * block,
                                          block, p};
@@ -279,4 +287,26 @@ hoop_result_t hoop_alltoall(hoop_comm_t comm, const void *sendbuf,
   free(reqs);
   hoop__comm_leave(comm);
   return res;
+}
+
+hoop_result_t hoop_alltoall(hoop_comm_t comm, const void *sendbuf,
+                            void *recvbuf, size_t count, hoop_dtype_t dtype,
+                            hoop_stream_t stream) {
+  const char *what = "hoop_alltoall";
+  HOOP_CHECK(hoop__comm_check_live(comm, what));
+  int on_device = 0;
+  HOOP_CHECK(hoop__device_classify(comm, what, sendbuf, recvbuf, stream,
+                                   &on_device));
+  if (!on_device) {
+    HOOP_CHECK(hoop__device_drain(comm));
+    return hoop__alltoall_run(comm, sendbuf, recvbuf, count, dtype);
+  }
+  size_t block = 0;
+  HOOP_CHECK(check_alltoall(comm, sendbuf, recvbuf, count, dtype, &block));
+  struct hoop_call c = {.coll = HOOP_COLL_ALLTOALL, .send = sendbuf,
+                        .recv = recvbuf, .dtype = dtype,
+                        .count = count * (size_t)comm->nranks,
+                        .bytes = block * (size_t)comm->nranks,
+                        .elem_size = hoop_dtype_size(dtype)};
+  return hoop__device_enqueue(comm, &c, count, HOOP_COLL_ALLTOALL, stream);
 }
