@@ -15,8 +15,8 @@
  * pageable cudaMemcpy behind the collective, say) cannot stall it.  An
  * earlier design held the caller's stream with a host function that waited
  * for the proxy's copies; CUDA forbids a host function to wait for work
- * not ordered before it, and on an H100 it deadlocked the first time a
- * rank copied a result to pageable memory.
+ * not ordered before it, and on an H100 every multi-rank test hung once the
+ * ranks copied results to pageable memory behind the collective.
  *
  * Counters count chunks over the communicator's life, so one chunk's stage
  * is free again once the chunk STAGES earlier is reduced (its input) and
