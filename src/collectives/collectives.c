@@ -38,9 +38,8 @@ static int overlap(const void *a, size_t alen, const void *b, size_t blen) {
   return alen > 0 && blen > 0 && x < y + blen && y < x + alen;
 }
 
-/* Which buffers this rank must pass for this collective. */
-static void needs_buffers(const struct hoop_comm *comm,
-                          const struct hoop_call *c, int *send, int *recv) {
+void hoop__call_buffers(const struct hoop_comm *comm,
+                        const struct hoop_call *c, int *send, int *recv) {
   int root = comm->rank == c->root;
   *send = c->coll != HOOP_COLL_BROADCAST || root;
   *recv = c->coll != HOOP_COLL_REDUCE || root;
@@ -73,7 +72,7 @@ static hoop_result_t check_args(struct hoop_comm *comm, struct hoop_call *c,
   c->count = per_rank * mult;
   c->bytes = c->count * c->elem_size;
   int need_send, need_recv;
-  needs_buffers(comm, c, &need_send, &need_recv);
+  hoop__call_buffers(comm, c, &need_send, &need_recv);
   if (per_rank > 0 && ((need_send && c->send == NULL) ||
                        (need_recv && c->recv == NULL)))
     return HOOP_ERROR(comm, HOOP_ERR_INVALID_ARGUMENT,
@@ -93,7 +92,7 @@ static hoop_result_t check_aliasing(struct hoop_comm *comm,
   const char *r = c->recv;
   size_t own = (size_t)comm->rank * block;
   int need_send, need_recv, ok = 1;
-  needs_buffers(comm, c, &need_send, &need_recv);
+  hoop__call_buffers(comm, c, &need_send, &need_recv);
   switch (c->coll) {
   case HOOP_COLL_REDUCE_SCATTER:
     ok = r == s + own || !overlap(s, c->bytes, r, block);
@@ -329,6 +328,15 @@ out:
   return res;
 }
 
+hoop_result_t hoop__route_call(struct hoop_comm *comm, const char *what,
+                               const void *send, const void *recv,
+                               hoop_stream_t stream, int *on_device) {
+  HOOP_CHECK(hoop__comm_check_live(comm, what));
+  HOOP_CHECK(hoop__device_classify(comm, what, send, recv, stream,
+                                   on_device));
+  return *on_device ? HOOP_SUCCESS : hoop__device_drain(comm);
+}
+
 /*
  * Device buffers are queued behind their stream; host buffers run now,
  * after any device calls queued before them.
@@ -336,17 +344,13 @@ out:
 static hoop_result_t dispatch(struct hoop_comm *comm, struct hoop_call *c,
                               size_t per_rank, hoop_coll_t label,
                               hoop_stream_t stream) {
-  const char *what = hoop__collective_name(label);
-  HOOP_CHECK(hoop__comm_check_live(comm, what));
   int on_device = 0;
-  HOOP_CHECK(hoop__device_classify(comm, what, c->send, c->recv, stream,
-                                   &on_device));
-  if (on_device) {
-    HOOP_CHECK(check_call(comm, c, per_rank));
-    return hoop__device_enqueue(comm, c, per_rank, label, stream);
-  }
-  HOOP_CHECK(hoop__device_drain(comm));
-  return hoop__collective_run(comm, c, per_rank, label);
+  HOOP_CHECK(hoop__route_call(comm, hoop__collective_name(label), c->send,
+                              c->recv, stream, &on_device));
+  if (!on_device)
+    return hoop__collective_run(comm, c, per_rank, label);
+  HOOP_CHECK(check_call(comm, c, per_rank));
+  return hoop__device_enqueue(comm, c, per_rank, label, stream);
 }
 
 hoop_result_t hoop_allreduce(hoop_comm_t comm, const void *sendbuf,

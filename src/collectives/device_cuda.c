@@ -196,14 +196,6 @@ static size_t chunk_elems(const struct chunking *k, size_t i) {
   return k->total - lo < k->per ? k->total - lo : k->per;
 }
 
-/* Which of its buffers this rank passes for the call (NCCL's rules). */
-static void rank_buffers(const struct hoop_comm *comm,
-                         const struct hoop_call *c, int *send, int *recv) {
-  int root = comm->rank == c->root;
-  *send = c->coll != HOOP_COLL_BROADCAST || root;
-  *recv = c->coll != HOOP_COLL_REDUCE || root;
-}
-
 /*
  * Copies chunk i of the send buffer into stage s.  A reduce-scatter or
  * all-to-all chunk is the same element range of every rank's block,
@@ -267,7 +259,7 @@ static cudaError_t enqueue_gpu(struct hoop_comm *comm, struct hoop_device *d,
                                const struct device_job *j,
                                cudaStream_t user) {
   int has_send, has_recv;
-  rank_buffers(comm, &j->call, &has_send, &has_recv);
+  hoop__call_buffers(comm, &j->call, &has_send, &has_recv);
   cudaError_t e = cudaEventRecord(d->forked, user);
   if (e == cudaSuccess)
     e = cudaStreamWaitEvent(d->d2h, d->forked, 0);
@@ -338,7 +330,7 @@ static hoop_result_t wait_flag(struct hoop_comm *comm, struct hoop_device *d,
 static hoop_result_t run_job(struct hoop_comm *comm, struct hoop_device *d,
                              struct device_job *j) {
   int has_send, has_recv;
-  rank_buffers(comm, &j->call, &has_send, &has_recv);
+  hoop__call_buffers(comm, &j->call, &has_send, &has_recv);
   for (size_t i = 0; i < j->k.nchunks; i++) {
     uint32_t c = j->first + (uint32_t)i;
     int s = (int)(c % STAGES);

@@ -174,17 +174,16 @@ static hoop_result_t check_message(struct hoop_comm *comm, const char *what,
  * queued before them so that every rank keeps its call order.
  */
 static hoop_result_t host_buffers_only(struct hoop_comm *comm,
-                                       const char *what, const void *a,
-                                       const void *b, hoop_stream_t stream) {
-  HOOP_CHECK(hoop__comm_check_live(comm, what));
+                                       const char *what, const void *buf,
+                                       hoop_stream_t stream) {
   int on_device = 0;
-  HOOP_CHECK(hoop__device_classify(comm, what, a, b, stream, &on_device));
+  HOOP_CHECK(hoop__route_call(comm, what, buf, NULL, stream, &on_device));
   if (on_device)
     return HOOP_ERROR(comm, HOOP_ERR_UNSUPPORTED,
                       "%s: device buffers are not supported by send and "
                       "recv yet; copy them to host memory",
                       what);
-  return hoop__device_drain(comm);
+  return HOOP_SUCCESS;
 }
 
 static hoop_result_t point_to_point(struct hoop_comm *comm, int send,
@@ -192,7 +191,7 @@ static hoop_result_t point_to_point(struct hoop_comm *comm, int send,
                                     hoop_dtype_t dtype, int peer,
                                     hoop_stream_t stream) {
   const char *what = send ? "hoop_send" : "hoop_recv";
-  HOOP_CHECK(host_buffers_only(comm, what, buf, NULL, stream));
+  HOOP_CHECK(host_buffers_only(comm, what, buf, stream));
   HOOP_CHECK(hoop__comm_enter(comm, what));
   struct p2p_request req = {.send = send, .buf = (char *)buf, .peer = peer};
   hoop_result_t res = check_message(comm, what, buf, count, dtype, peer,
@@ -292,15 +291,11 @@ hoop_result_t hoop__alltoall_run(struct hoop_comm *comm, const void *sendbuf,
 hoop_result_t hoop_alltoall(hoop_comm_t comm, const void *sendbuf,
                             void *recvbuf, size_t count, hoop_dtype_t dtype,
                             hoop_stream_t stream) {
-  const char *what = "hoop_alltoall";
-  HOOP_CHECK(hoop__comm_check_live(comm, what));
   int on_device = 0;
-  HOOP_CHECK(hoop__device_classify(comm, what, sendbuf, recvbuf, stream,
-                                   &on_device));
-  if (!on_device) {
-    HOOP_CHECK(hoop__device_drain(comm));
+  HOOP_CHECK(hoop__route_call(comm, "hoop_alltoall", sendbuf, recvbuf,
+                              stream, &on_device));
+  if (!on_device)
     return hoop__alltoall_run(comm, sendbuf, recvbuf, count, dtype);
-  }
   size_t block = 0;
   HOOP_CHECK(check_alltoall(comm, sendbuf, recvbuf, count, dtype, &block));
   struct hoop_call c = {.coll = HOOP_COLL_ALLTOALL, .send = sendbuf,
