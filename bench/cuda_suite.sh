@@ -3,6 +3,7 @@
 #   bench/cuda_suite.sh test    build, run the CUDA test cases
 #   bench/cuda_suite.sh bench   build, run the kernel and collective benches
 #   bench/cuda_suite.sh all     both
+# TESTS and SKIP_TESTS narrow the ctest run (regexes).
 # BUILD_DIR (default build-gpu) is the build; logs go to BUILD_DIR/out, and
 # when OUT is set (the device tool's result folder, which returns at most 8
 # files) into one archive there, OUT/cuda-suite.tgz.  A machine without
@@ -30,18 +31,30 @@ run=$build/tools/hoop-run
 bench=$build/bench/hoop-bench
 status=0
 if [ "$mode" = test ] || [ "$mode" = all ]; then
-  (cd "$build" && ctest -R "Cuda|Bench.CudaMemory" -j "${JOBS:-4}" \
-     --timeout 600 --output-on-failure) >"$out/ctest-cuda.log" 2>&1 || status=1
+  (cd "$build" && ctest -R "${TESTS:-Cuda|Bench.CudaMemory}" -E "${SKIP_TESTS:-^$}" \
+     -j "${JOBS:-4}" --timeout "${TEST_TIMEOUT:-600}" --output-on-failure) \
+    >"$out/ctest-cuda.log" 2>&1 || status=1
   grep -E "tests passed|Failed|\*\*\*|Skipped" "$out/ctest-cuda.log" | tail -25
 fi
 if [ "$mode" = bench ] || [ "$mode" = all ]; then
   "$build/bench/hoop-cuda-kernels" -b 1048576 -e 1073741824 -n 20 \
     | tee "$out/kernels.txt" | grep -E "^#|float|bfloat16" | grep -vE " max "
+  # Every rank on this one GPU: CUDA IPC, unless HOOP_TRANSPORT stages.
   for n in 2 4 8; do
     "$run" --no-prefix -n $n "$bench" -m cuda -b 1M -e 1G -f 4 -n "${ITERS:-10}" -w 2 \
       -J "$out/allreduce-cuda-${n}ranks.jsonl" >"$out/allreduce-cuda-${n}ranks.txt" 2>&1 || status=1
     tail -7 "$out/allreduce-cuda-${n}ranks.txt"
   done
+  # Bigger chunks: fewer waits for the peers, four times the window memory.
+  for n in 2 8; do
+    HOOP_CUDA_IPC_CHUNK_BYTES=256M "$run" --no-prefix -n $n "$bench" -m cuda -b 1M -e 1G -f 4 \
+      -n "${ITERS:-10}" -w 2 -J "$out/allreduce-cuda-${n}ranks-chunk256M.jsonl" \
+      >"$out/allreduce-cuda-${n}ranks-chunk256M.txt" 2>&1 || status=1
+  done
+  python3 "$root/bench/cuda_ipc_bound.py" "$out/kernels.txt" \
+    "$out"/allreduce-cuda-{2,4,8}ranks.jsonl | tee "$out/ipc-bound.txt"
+  python3 "$root/bench/cuda_ipc_bound.py" "$out/kernels.txt" \
+    "$out"/allreduce-cuda-{2,8}ranks-chunk256M.jsonl | tee "$out/ipc-bound-chunk256M.txt"
   for transport in shm tcp; do
     for m in host cuda; do
       HOOP_TRANSPORT=$transport "$run" --no-prefix -n 2 "$bench" -m $m \

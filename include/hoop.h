@@ -203,6 +203,15 @@ HOOP_API hoop_result_t hoop_comm_get_async_error(hoop_comm_t comm,
                                                  hoop_result_t *error);
 
 /*
+ * How this rank's calls on device buffers move data: "cuda_ipc" (every rank
+ * on one host, reading each other's GPU memory), "staged" (through pinned
+ * host memory and the host transports), or "none" before the first device
+ * call, with one rank, or without CUDA.  The name is a static string.
+ */
+HOOP_API hoop_result_t hoop_comm_device_path(hoop_comm_t comm,
+                                             const char **name);
+
+/*
  * Collectives follow NCCL's conventions.  Counts are in elements.  A call
  * on host buffers blocks until the result is in `recvbuf` (with a stream,
  * it first waits for the work queued there).  A call on CUDA device

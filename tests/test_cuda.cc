@@ -199,6 +199,84 @@ TEST_P(CudaKernels, MatchHostKernelsBitForBit) {
   CUDA_OK(cudaFree(dev));
 }
 
+// The n-source kernel of the CUDA IPC transport, against the host kernels
+// applied source by source in the same order.  fp16/bf16 combine in fp32
+// and round once, so their reference is the fp32 host kernel on the
+// widened inputs, rounded at the end.
+TEST_P(CudaKernels, ReduceManyMatchesHostInSourceOrder) {
+  REQUIRE_GPU();
+  hoop_dtype_t t = (hoop_dtype_t)GetParam();
+  size_t esz = hoop_dtype_size(t);
+  bool half = t == HOOP_F16 || t == HOOP_BF16;
+  std::mt19937_64 rng(4321 + GetParam());
+  const size_t counts[] = {0, 1, 7, 9, 17, 1000, 65537};
+  const size_t most = 65537 + 1;
+  const int max_src = 8;
+  char *dev = nullptr;
+  CUDA_OK(cudaMalloc((void **)&dev, (max_src + 2) * most * esz));
+  for (int nsrc : {1, 2, 3, 8}) {
+    for (int op = 0; op < HOOP_OP_COUNT; op++) {
+      hoop_op_t combine = op == HOOP_AVG ? HOOP_SUM : (hoop_op_t)op;
+      for (size_t count : counts) {
+        for (size_t off : {(size_t)0, (size_t)1}) {
+          std::vector<std::vector<char>> src(nsrc,
+                                             std::vector<char>(count * esz));
+          const void *dsrc[max_src];
+          for (int k = 0; k < nsrc; k++) {
+            random_bits(src[k], t, rng);
+            char *at = dev + (k * most + off) * esz;
+            CUDA_OK(cudaMemcpy(at, src[k].data(), src[k].size(),
+                               cudaMemcpyHostToDevice));
+            dsrc[k] = at;
+          }
+          std::vector<char> want(count * esz);
+          if (half) {
+            std::vector<float> acc(count), next(count);
+            for (int k = 0; k < nsrc; k++) {
+              std::vector<float> &dst = k == 0 ? acc : next;
+              for (size_t i = 0; i < count; i++)
+                dst[i] = (float)load_float(src[k].data(), i, t);
+              if (k > 0)
+                hoop__reduce(acc.data(), acc.data(), next.data(), count,
+                             HOOP_F32, combine);
+            }
+            for (size_t i = 0; i < count; i++)
+              store_float(want.data(), i, t,
+                          op == HOOP_AVG ? acc[i] / (float)nsrc : acc[i]);
+          } else {
+            want = src[0];
+            for (int k = 1; k < nsrc; k++)
+              hoop__reduce(want.data(), want.data(), src[k].data(), count, t,
+                           combine);
+            if (op == HOOP_AVG)
+              hoop__reduce_div(want.data(), count, t, nsrc);
+          }
+          char *d1 = dev + (max_src * most + off) * esz, *d2 = d1 + most * esz;
+          ASSERT_EQ(hoop__cuda_reduce_many(d1, d2, dsrc, nsrc, count, t,
+                                           (hoop_op_t)op, nullptr),
+                    0);
+          for (char *d : {d1, d2}) {
+            std::vector<char> got(count * esz);
+            CUDA_OK(cudaMemcpy(got.data(), d, got.size(),
+                               cudaMemcpyDeviceToHost));
+            size_t first = 0, bad = differing(got, want, t, &first);
+            EXPECT_EQ(bad, 0u) << hoop_dtype_name(t) << " "
+                               << hoop_op_name((hoop_op_t)op) << " " << nsrc
+                               << " sources, count " << count << " offset "
+                               << off << (d == d2 ? " (second output)" : "")
+                               << ": first difference at " << first;
+          }
+        }
+      }
+    }
+  }
+  const void *none[1] = {dev};
+  EXPECT_NE(hoop__cuda_reduce_many(dev, nullptr, none, 0, 1, t, HOOP_SUM,
+                                   nullptr),
+            0);
+  CUDA_OK(cudaFree(dev));
+}
+
 INSTANTIATE_TEST_SUITE_P(
     AllDtypes, CudaKernels, ::testing::Range(0, (int)HOOP_DTYPE_COUNT),
     [](const ::testing::TestParamInfo<int> &p) {
@@ -456,6 +534,15 @@ TEST_P(CudaCollectives, EveryCollectiveDtypeOpSizeMatchesReference) {
             if (!log.ok())
               return;
           }
+          // The path these cases took is the one this run meant to test.
+          const char *path = nullptr, *forced = getenv("HOOP_TRANSPORT");
+          const char *want = nranks == 1 ? "none"
+                             : forced != nullptr && *forced != '\0'
+                                 ? "staged"
+                                 : "cuda_ipc";
+          RANK_EXPECT_OK(log, comm, hoop_comm_device_path(comm, &path));
+          RANK_EXPECT(log, path != nullptr && strcmp(path, want) == 0,
+                      "device calls went %s, expected %s", path, want);
         });
       },
       opt);
@@ -599,6 +686,97 @@ TEST(CudaErrors, MixedOrUnsupportedBuffersAreRefused) {
           cudaMemcpy(host.data(), dev, 64 * sizeof(float),
                      cudaMemcpyDeviceToHost);
           RANK_EXPECT(log, host[63] == (float)nranks, "got %f", host[63]);
+          cudaFree(dev);
+        });
+      });
+  EXPECT_TRUE(r.all_ok()) << describe(r);
+}
+
+// Over CUDA IPC a peer's GPU waits for this rank's counters.  A rank that
+// exits between calls must not leave its peers' streams waiting for ever:
+// their proxies notice, name it, break the communicator and release the
+// waits, and the stream completes (its results are garbage).
+TEST(CudaIpc, PeerThatExitsIsNamedAndItsPeersStreamsFinish) {
+  REQUIRE_GPU();
+  const char *forced = getenv("HOOP_TRANSPORT");
+  if (forced != nullptr && *forced != '\0')
+    GTEST_SKIP() << "HOOP_TRANSPORT=" << forced << " stages device calls";
+  hoop_config_t cfg = HOOP_CONFIG_INIT;
+  cfg.timeout_ms = 20000;
+  RunOptions opt;
+  opt.config = &cfg;
+  opt.timeout_s = 60;
+  RunResult r = run_ranks(
+      3,
+      [](RankLog &log, hoop_comm_t comm, int rank, int nranks) {
+        with_stream(log, [&](cudaStream_t stream) {
+          const size_t n = 1 << 20;
+          float *dev = nullptr;
+          if (cudaMalloc((void **)&dev, n * sizeof(float)) != cudaSuccess) {
+            log.fail("cudaMalloc failed");
+            return;
+          }
+          cudaMemset(dev, 0, n * sizeof(float));
+          RANK_EXPECT_OK(log, comm,
+                         hoop_allreduce(comm, dev, dev, n, HOOP_F32,
+                                        HOOP_SUM, stream));
+          cudaStreamSynchronize(stream);
+          const char *path = nullptr;
+          RANK_EXPECT_OK(log, comm, hoop_comm_device_path(comm, &path));
+          RANK_EXPECT(log, path != nullptr && strcmp(path, "cuda_ipc") == 0,
+                      "device calls went %s", path);
+          RANK_EXPECT_OK(log, comm, hoop_barrier(comm));
+          if (rank == nranks - 1)
+            _exit(0);
+          RANK_EXPECT_OK(log, comm,
+                         hoop_allreduce(comm, dev, dev, n, HOOP_F32,
+                                        HOOP_SUM, stream));
+          // Returns once the proxy released the waits; the copies that
+          // ran after the release may have read a dead process's memory,
+          // which CUDA may report here, so only the hoop error is checked.
+          cudaStreamSynchronize(stream);
+          hoop_result_t async = HOOP_SUCCESS;
+          RANK_EXPECT_OK(log, comm, hoop_comm_get_async_error(comm, &async));
+          RANK_EXPECT(log,
+                      async == HOOP_ERR_REMOTE || async == HOOP_ERR_TIMEOUT,
+                      "async error %s", hoop_result_name(async));
+          char who[32];
+          snprintf(who, sizeof who, "rank %d", nranks - 1);
+          RANK_EXPECT(log, strstr(hoop_comm_last_error(comm), who) != nullptr,
+                      "the error does not name %s: %s", who,
+                      hoop_comm_last_error(comm));
+          cudaFree(dev);
+        });
+      },
+      opt);
+  EXPECT_TRUE(r.all_ok()) << describe(r);
+}
+
+// Ranks that would cut calls into chunks differently are refused at the
+// first device call, on every rank, instead of corrupting data.
+TEST(CudaIpc, DifferentChunkSettingsAreRefusedOnEveryRank) {
+  REQUIRE_GPU();
+  const char *forced = getenv("HOOP_TRANSPORT");
+  if (forced != nullptr && *forced != '\0')
+    GTEST_SKIP() << "HOOP_TRANSPORT=" << forced << " stages device calls";
+  RunResult r = run_ranks(
+      2, [](RankLog &log, hoop_comm_t comm, int rank, int nranks) {
+        // Read once per process, at the first device call.
+        setenv("HOOP_CUDA_IPC_CHUNK_BYTES", rank == 0 ? "1M" : "2M", 1);
+        with_stream(log, [&](cudaStream_t stream) {
+          float *dev = nullptr;
+          if (cudaMalloc((void **)&dev, 1024 * sizeof(float)) != cudaSuccess) {
+            log.fail("cudaMalloc failed");
+            return;
+          }
+          hoop_result_t res = hoop_allreduce(comm, dev, dev, 1024, HOOP_F32,
+                                             HOOP_SUM, stream);
+          RANK_EXPECT(log, res == HOOP_ERR_MISMATCH, "gave %s",
+                      hoop_result_name(res));
+          RANK_EXPECT(log,
+                      strstr(hoop_comm_last_error(comm),
+                             "HOOP_CUDA_IPC_CHUNK_BYTES") != nullptr,
+                      "message: %s", hoop_comm_last_error(comm));
           cudaFree(dev);
         });
       });

@@ -414,3 +414,12 @@ hoop_result_t hoop_comm_get_async_error(hoop_comm_t comm,
   *error = hoop__device_async_error(comm);
   return HOOP_SUCCESS;
 }
+
+hoop_result_t hoop_comm_device_path(hoop_comm_t comm, const char **name) {
+  HOOP_CHECK(hoop__comm_check_live(comm, "hoop_comm_device_path"));
+  if (name == NULL)
+    return HOOP_ERROR(comm, HOOP_ERR_INVALID_ARGUMENT,
+                      "hoop_comm_device_path: name is NULL");
+  *name = hoop__device_path(comm);
+  return HOOP_SUCCESS;
+}

@@ -54,6 +54,9 @@ hoop_result_t hoop__device_drain(struct hoop_comm *comm);
 /* The first error of a queued call, HOOP_SUCCESS if none; never waits. */
 hoop_result_t hoop__device_async_error(struct hoop_comm *comm);
 
+/* "cuda_ipc", "staged" or "none" (hoop_comm_device_path). */
+const char *hoop__device_path(const struct hoop_comm *comm);
+
 /* Stops the proxy thread (after the queue drains) and frees staging. */
 void hoop__device_free(struct hoop_comm *comm);
 

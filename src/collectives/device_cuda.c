@@ -22,25 +22,36 @@
  * is free again once the chunk STAGES earlier is reduced (its input) and
  * drained (its output); comparisons are modulo 2^32, as the GPU's are.
  */
+#include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sched.h>
 #include <stdalign.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
 #include "collectives/algorithms.h"
 #include "collectives/collectives.h"
+#include "collectives/device_cuda.h"
 #include "collectives/device.h"
 #include "core/comm.h"
+#include "core/cuda_sync.h"
 #include "core/error.h"
 #include "core/param.h"
+#include "transport/cuda_ipc.h"
+#include "transport/transport.h"
 
 #define STAGES 2 /* chunks in flight: one copied while the other moves */
+
+/* How far past anything queued a failure sets the IPC counters. */
+#define IPC_RELEASE_JUMP (1u << 30)
 
 /* Written by the GPU (staged, drained) or the proxy (reduced). */
 struct device_flags {
@@ -49,21 +60,14 @@ struct device_flags {
   alignas(64) uint32_t drained;
 };
 
-/* How a call's buffers split into chunks that are collectives of their own. */
-struct chunking {
-  size_t total;   /* elements per rank block (blocked colls) or buffer */
-  size_t per;     /* of those, per chunk */
-  size_t nchunks; /* at least one, so a zero-count call still runs */
-  size_t rows;    /* blocks copied per chunk: nranks or 1 */
-};
-
 struct device_job {
   struct device_job *next;
   struct hoop_call call;
   size_t per_rank;
   hoop_coll_t label;
-  struct chunking k;
-  uint32_t first; /* counter value of its first chunk */
+  struct hoop_chunking k;
+  uint32_t first;    /* number of its first chunk */
+  uint32_t ipc_done; /* over CUDA IPC: this rank's counter when it is done */
 };
 
 struct hoop_device {
@@ -91,6 +95,13 @@ struct hoop_device {
 
   struct device_flags *flags; /* mapped pinned memory */
   char *stage_in[STAGES], *stage_out[STAGES];
+
+  /* Set when every rank is on this host and CUDA IPC could join them all. */
+  struct hoop_ipc *ipc;
+  size_t ipc_oneshot_bytes; /* HOOP_CUDA_IPC_ONESHOT_BYTES */
+  uint32_t ipc_chunks;  /* chunks queued over the comm's life */
+  uint32_t ipc_queued;  /* this rank's counter when all are done (atomic) */
+  int ipc_watch_peers;  /* peers' pids mean something here (same pid ns) */
 };
 
 /* ---- CUDA entry points -------------------------------------------------- */
@@ -102,28 +113,6 @@ static hoop_result_t cuda_error(struct hoop_comm *comm, cudaError_t e,
                                 const char *what) {
   return HOOP_ERROR(comm, HOOP_ERR_SYSTEM, "%s: CUDA error %s: %s", what,
                     cudaGetErrorName(e), cudaGetErrorString(e));
-}
-
-typedef CUresult (*stream_value_fn)(CUstream, CUdeviceptr, cuuint32_t,
-                                    unsigned int);
-static stream_value_fn wait_value, write_value;
-static pthread_once_t memops_once = PTHREAD_ONCE_INIT;
-
-/* The driver's stream memory operations, through the runtime (no -lcuda). */
-static void load_memops(void) {
-  enum cudaDriverEntryPointQueryResult found;
-  void *fn = NULL;
-  if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &fn, 12000,
-                                       cudaEnableDefault, &found) ==
-          cudaSuccess &&
-      found == cudaDriverEntryPointSuccess)
-    wait_value = (stream_value_fn)fn;
-  if (cudaGetDriverEntryPointByVersion("cuStreamWriteValue32", &fn, 12000,
-                                       cudaEnableDefault, &found) ==
-          cudaSuccess &&
-      found == cudaDriverEntryPointSuccess)
-    write_value = (stream_value_fn)fn;
-  cudaGetLastError();
 }
 
 /* -1 for host memory, else the device holding p. */
@@ -176,13 +165,13 @@ hoop_result_t hoop__device_classify(struct hoop_comm *comm, const char *what,
 
 /* ---- Chunks -------------------------------------------------------------- */
 
-static struct chunking chunk_call(const struct hoop_comm *comm,
-                                  const struct hoop_call *c, size_t per_rank,
-                                  size_t chunk_bytes) {
+struct hoop_chunking hoop__chunking(const struct hoop_comm *comm,
+                                    const struct hoop_call *c,
+                                    size_t per_rank, size_t chunk_bytes) {
   int blocks = c->coll == HOOP_COLL_REDUCE_SCATTER ||
                c->coll == HOOP_COLL_ALLGATHER ||
                c->coll == HOOP_COLL_ALLTOALL;
-  struct chunking k;
+  struct hoop_chunking k;
   k.rows = blocks ? (size_t)comm->nranks : 1;
   k.total = blocks ? per_rank : c->count;
   size_t row = k.rows * c->elem_size;
@@ -191,7 +180,7 @@ static struct chunking chunk_call(const struct hoop_comm *comm,
   return k;
 }
 
-static size_t chunk_elems(const struct chunking *k, size_t i) {
+size_t hoop__chunk_elems(const struct hoop_chunking *k, size_t i) {
   size_t lo = i * k->per;
   return k->total - lo < k->per ? k->total - lo : k->per;
 }
@@ -205,7 +194,7 @@ static size_t chunk_elems(const struct chunking *k, size_t i) {
 static cudaError_t copy_in(struct hoop_device *d, const struct device_job *j,
                            size_t i, int s) {
   const struct hoop_call *c = &j->call;
-  size_t es = c->elem_size, n = chunk_elems(&j->k, i);
+  size_t es = c->elem_size, n = hoop__chunk_elems(&j->k, i);
   const char *src = c->send + i * j->k.per * es;
   if (n == 0)
     return cudaSuccess;
@@ -220,7 +209,7 @@ static cudaError_t copy_in(struct hoop_device *d, const struct device_job *j,
 static cudaError_t copy_out(struct hoop_device *d, const struct device_job *j,
                             size_t i, int s) {
   const struct hoop_call *c = &j->call;
-  size_t es = c->elem_size, n = chunk_elems(&j->k, i);
+  size_t es = c->elem_size, n = hoop__chunk_elems(&j->k, i);
   char *dst = c->recv + i * j->k.per * es;
   if (n == 0)
     return cudaSuccess;
@@ -236,19 +225,14 @@ static CUdeviceptr flag_addr(const struct hoop_device *d, const uint32_t *f) {
   return d->flags_dev + (CUdeviceptr)((const char *)f - (const char *)d->flags);
 }
 
-/* The driver's CUresult has no runtime text; name the failure instead. */
 static cudaError_t stream_wait(struct hoop_device *d, cudaStream_t s,
                                const uint32_t *flag, uint32_t value) {
-  CUresult r = wait_value((CUstream)s, flag_addr(d, flag), value,
-                          CU_STREAM_WAIT_VALUE_GEQ);
-  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorNotSupported;
+  return hoop__cuda_stream_wait(s, flag_addr(d, flag), value);
 }
 
 static cudaError_t stream_write(struct hoop_device *d, cudaStream_t s,
                                 const uint32_t *flag, uint32_t value) {
-  CUresult r = write_value((CUstream)s, flag_addr(d, flag), value,
-                           CU_STREAM_WRITE_VALUE_DEFAULT);
-  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorNotSupported;
+  return hoop__cuda_stream_write(s, flag_addr(d, flag), value);
 }
 
 /*
@@ -294,16 +278,13 @@ static cudaError_t enqueue_gpu(struct hoop_comm *comm, struct hoop_device *d,
 
 /* ---- The proxy thread ---------------------------------------------------- */
 
-/* (int32_t)(a - b) >= 0: a has reached b, modulo 2^32 like the GPU's GEQ. */
-static int reached(uint32_t a, uint32_t b) { return (int32_t)(a - b) >= 0; }
-
 /* Waits for a counter the GPU writes, failing after the comm's timeout. */
 static hoop_result_t wait_flag(struct hoop_comm *comm, struct hoop_device *d,
                                const uint32_t *flag, uint32_t value,
                                const char *what) {
   long long deadline = hoop__now_ms() + comm->timeout_ms;
   for (int polls = 0;; polls++) {
-    if (reached(__atomic_load_n(flag, __ATOMIC_ACQUIRE), value))
+    if (hoop__counter_reached(__atomic_load_n(flag, __ATOMIC_ACQUIRE), value))
       return HOOP_SUCCESS;
     if (__atomic_load_n(&d->poisoned, __ATOMIC_ACQUIRE))
       return HOOP_ERROR(comm, HOOP_ERR_SYSTEM,
@@ -327,8 +308,105 @@ static hoop_result_t wait_flag(struct hoop_comm *comm, struct hoop_device *d,
   }
 }
 
+/* A peer whose process is gone (its pid is free), when pids can tell. */
+static int peer_dead(const struct hoop_comm *comm,
+                     const struct hoop_device *d, int q) {
+  return d->ipc_watch_peers && kill(comm->peers[q].pid, 0) != 0 &&
+         errno == ESRCH;
+}
+
+/*
+ * Whether a call whose counter has come through really succeeded.  A rank
+ * that fails tells every peer (a failure notice, sent first) and then
+ * releases every counter, so this rank's GPU may have run on with garbage:
+ * a notice, or a counter released past anything queued here, says so.
+ */
+static hoop_result_t ipc_outcome(struct hoop_comm *comm,
+                                 struct hoop_device *d, uint32_t now) {
+  HOOP_CHECK(hoop__comm_check_notices(comm, 0));
+  uint32_t queued = __atomic_load_n(&d->ipc_queued, __ATOMIC_ACQUIRE);
+  if ((int32_t)(now - queued) < (int32_t)(IPC_RELEASE_JUMP / 2))
+    return HOOP_SUCCESS;
+  HOOP_CHECK(hoop__comm_check_notices(comm, 1000));
+  return HOOP_ERROR(comm, HOOP_ERR_REMOTE,
+                    "rank %d: another rank failed during a call over CUDA "
+                    "IPC and released every GPU's waits", comm->rank);
+}
+
+/*
+ * Over CUDA IPC the proxy only watches: the GPU does the work, and this
+ * rank's counter says how far it got.  It fails when a peer's process is
+ * gone or when the counter stands still for the comm's timeout, naming the
+ * peer the GPU waits for (the one furthest behind).
+ */
+static hoop_result_t watch_ipc(struct hoop_comm *comm, struct hoop_device *d,
+                               const struct device_job *j) {
+  struct hoop_ipc *ipc = d->ipc;
+  uint32_t last = hoop__ipc_phase(ipc, comm->rank);
+  long long moved = hoop__now_ms(), checked = moved;
+  for (int polls = 0;; polls++) {
+    uint32_t now = hoop__ipc_phase(ipc, comm->rank);
+    if (hoop__counter_reached(now, j->ipc_done))
+      return ipc_outcome(comm, d, now);
+    if (__atomic_load_n(&d->poisoned, __ATOMIC_ACQUIRE))
+      return HOOP_ERROR(comm, HOOP_ERR_SYSTEM,
+                        "rank %d: a call's GPU work could not be queued "
+                        "whole, so it cannot finish", comm->rank);
+    if (__atomic_load_n(&comm->aborted, __ATOMIC_ACQUIRE))
+      return HOOP_ERROR(comm, HOOP_ERR_ABORTED,
+                        "rank %d: aborted while the GPU ran a call over "
+                        "CUDA IPC", comm->rank);
+    if ((polls & 255) == 0) {
+      long long t = hoop__now_ms();
+      if (now != last) {
+        last = now;
+        moved = t;
+      }
+      int behind = -1;
+      int32_t lag = 0;
+      for (int q = 0; q < comm->nranks; q++) {
+        int32_t d_q = (int32_t)(hoop__ipc_phase(ipc, q) - now);
+        if (q != comm->rank && d_q < lag) {
+          lag = d_q;
+          behind = q;
+        }
+      }
+      char desc[128] = "no peer: this rank's own GPU work";
+      if (behind >= 0)
+        hoop__peer_desc(comm, behind, desc, sizeof desc);
+      if (t - checked >= 100) {
+        checked = t;
+        HOOP_CHECK(hoop__comm_check_notices(comm, 0));
+        if (behind >= 0 && peer_dead(comm, d, behind))
+          return HOOP_ERROR(comm, HOOP_ERR_REMOTE,
+                            "rank %d: %s exited during a call over CUDA "
+                            "IPC (its counter stopped at %u, this rank's "
+                            "at %u)",
+                            comm->rank, desc, hoop__ipc_phase(ipc, behind),
+                            now);
+      }
+      if (t - moved > comm->timeout_ms)
+        return HOOP_ERROR(comm, HOOP_ERR_TIMEOUT,
+                          "rank %d: no progress for %d ms in a call over "
+                          "CUDA IPC, waiting for %s (counter %u, this "
+                          "rank's %u of %u)",
+                          comm->rank, comm->timeout_ms, desc,
+                          behind >= 0 ? hoop__ipc_phase(ipc, behind) : now,
+                          now, j->ipc_done);
+    }
+    if (polls < 2000) {
+      sched_yield();
+    } else {
+      struct timespec nap = {0, 20000};
+      nanosleep(&nap, NULL);
+    }
+  }
+}
+
 static hoop_result_t run_job(struct hoop_comm *comm, struct hoop_device *d,
                              struct device_job *j) {
+  if (d->ipc != NULL)
+    return watch_ipc(comm, d, j);
   int has_send, has_recv;
   hoop__call_buffers(comm, &j->call, &has_send, &has_recv);
   for (size_t i = 0; i < j->k.nchunks; i++) {
@@ -346,7 +424,7 @@ static hoop_result_t run_job(struct hoop_comm *comm, struct hoop_device *d,
                           .dtype = j->call.dtype,
                           .op = j->call.op,
                           .root = j->call.root};
-    size_t n = chunk_elems(&j->k, i);
+    size_t n = hoop__chunk_elems(&j->k, i);
     HOOP_CHECK(h.coll == HOOP_COLL_ALLTOALL
                    ? hoop__alltoall_run(comm, h.send, h.recv, n, h.dtype)
                    : hoop__collective_run(comm, &h, n, j->label));
@@ -371,9 +449,19 @@ static void *proxy_main(void *arg) {
     hoop_result_t res = prior != HOOP_SUCCESS ? prior : run_job(comm, d, j);
     if (res != HOOP_SUCCESS && comm->broken == HOOP_SUCCESS)
       hoop__comm_break(comm, res);
-    /* Whatever happened, the GPU must not wait for this job forever. */
-    __atomic_store_n(&d->flags->reduced, j->first + (uint32_t)j->k.nchunks,
-                     __ATOMIC_RELEASE);
+    /*
+     * Whatever happened, the GPU must not wait for this job forever.  Over
+     * IPC every counter jumps far past anything queued: a dead peer's
+     * stays there, and live peers' GPUs, their waits released, run their
+     * queued work to the end (with garbage results) and bring theirs back.
+     */
+    if (d->ipc == NULL)
+      __atomic_store_n(&d->flags->reduced,
+                       j->first + (uint32_t)j->k.nchunks, __ATOMIC_RELEASE);
+    else if (res != HOOP_SUCCESS)
+      hoop__ipc_release(d->ipc, __atomic_load_n(&d->ipc_queued,
+                                                __ATOMIC_ACQUIRE) +
+                                    IPC_RELEASE_JUMP);
     pthread_mutex_lock(&d->lock);
     d->head = j->next;
     if (d->head == NULL)
@@ -441,10 +529,128 @@ static void device_release(struct hoop_device *d) {
   free(d);
 }
 
+/* One host, and no transport forced: the ranks may reach each other's GPU. */
+static int ipc_possible(const struct hoop_comm *comm) {
+  if (hoop__transport_forced() != NULL)
+    return 0;
+  for (int q = 0; q < comm->nranks; q++) {
+    if (comm->peers[q].host_hash != comm->peers[0].host_hash)
+      return 0;
+  }
+  return 1;
+}
+
+static uint64_t pid_namespace(void) {
+  struct stat st;
+  return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
+}
+
+/* Host collectives on small host buffers, for the set-up. */
+static hoop_result_t host_allgather(struct hoop_comm *comm, const void *mine,
+                                    void *all, size_t bytes) {
+  struct hoop_call c = {.coll = HOOP_COLL_ALLGATHER,
+                        .send = mine,
+                        .recv = all,
+                        .dtype = HOOP_U8,
+                        .op = HOOP_SUM};
+  return hoop__collective_run(comm, &c, bytes, HOOP_COLL_ALLGATHER);
+}
+
+static hoop_result_t host_all_agree(struct hoop_comm *comm, int32_t *ok) {
+  struct hoop_call c = {.coll = HOOP_COLL_ALLREDUCE,
+                        .send = (const char *)ok,
+                        .recv = (char *)ok,
+                        .dtype = HOOP_I32,
+                        .op = HOOP_MIN};
+  return hoop__collective_run(comm, &c, 1, HOOP_COLL_ALLREDUCE);
+}
+
+/*
+ * Sets up CUDA IPC when every rank can take part, else leaves d->ipc NULL
+ * (calls are then staged) and says why at INFO.  Every rank reaches the
+ * same verdict: they exchange what they made and agree on the outcome.
+ * Only a failing host collective is an error.
+ */
+static hoop_result_t ipc_start(struct hoop_comm *comm, struct hoop_device *d,
+                               int device) {
+  if (!ipc_possible(comm))
+    return HOOP_SUCCESS;
+  int64_t chunk = hoop__param_cuda_ipc_chunk_bytes();
+  int64_t oneshot = hoop__param_cuda_ipc_oneshot_bytes();
+  if (chunk < 4096 || chunk > ((int64_t)1 << 30))
+    return HOOP_ERROR(comm, HOOP_ERR_INVALID_ARGUMENT,
+                      "HOOP_CUDA_IPC_CHUNK_BYTES=%lld is outside 4K..1G",
+                      (long long)chunk);
+  if (oneshot < 0)
+    return HOOP_ERROR(comm, HOOP_ERR_INVALID_ARGUMENT,
+                      "HOOP_CUDA_IPC_ONESHOT_BYTES=%lld is negative",
+                      (long long)oneshot);
+  struct hoop_ipc *ipc = NULL;
+  struct hoop_ipc_export mine;
+  int current = 0;
+  cudaGetDevice(&current);
+  hoop__ipc_create(comm, device, (size_t)chunk, &ipc, &mine);
+  /* The schedules' settings must agree, or ranks would cut calls apart
+   * differently; nothing on the GPU could tell. */
+  struct {
+    struct hoop_ipc_export x;
+    uint64_t pid_ns;
+    int64_t setting[2];
+  } me = {mine, pid_namespace(), {chunk, oneshot}},
+    *all = calloc((size_t)comm->nranks, sizeof me);
+  struct hoop_ipc_export *exports =
+      calloc((size_t)comm->nranks, sizeof *exports);
+  if (all == NULL || exports == NULL)
+    me.x.ok = 0;
+  hoop_result_t res = host_allgather(comm, &me, all, sizeof me);
+  int32_t ok = me.x.ok;
+  int same_pid_ns = 1;
+  for (int q = 0; res == HOOP_SUCCESS && q < comm->nranks; q++) {
+    ok = ok && all[q].x.ok;
+    same_pid_ns = same_pid_ns && all[q].pid_ns == me.pid_ns;
+    exports[q] = all[q].x;
+  }
+  static const char *const setting_name[2] = {"HOOP_CUDA_IPC_CHUNK_BYTES",
+                                               "HOOP_CUDA_IPC_ONESHOT_BYTES"};
+  for (int q = 0; res == HOOP_SUCCESS && q < comm->nranks; q++) {
+    for (int i = 0; i < 2 && res == HOOP_SUCCESS; i++) {
+      if (all[q].setting[i] != all[0].setting[i])
+        res = HOOP_ERROR(comm, HOOP_ERR_MISMATCH,
+                         "%s is %lld on rank %d but %lld on rank 0; every "
+                         "rank must use the same",
+                         setting_name[i], (long long)all[q].setting[i], q,
+                         (long long)all[0].setting[i]);
+    }
+  }
+  if (res == HOOP_SUCCESS && ok && hoop__ipc_attach(ipc, exports) != 0)
+    ok = 0;
+  if (res == HOOP_SUCCESS)
+    res = host_all_agree(comm, &ok);
+  if (res == HOOP_SUCCESS && ok) {
+    hoop__ipc_unlink(ipc);
+    d->ipc = ipc;
+    d->ipc_watch_peers = same_pid_ns;
+    d->ipc_oneshot_bytes = (size_t)oneshot;
+    HOOP_INFO("rank %d: device buffers move over CUDA IPC (%lld-byte "
+              "chunks)", comm->rank, (long long)chunk);
+  } else {
+    if (res == HOOP_SUCCESS && !ok)
+      HOOP_INFO("rank %d: no CUDA IPC, device buffers are staged through "
+                "host memory: %s", comm->rank,
+                ipc == NULL ? "out of memory"
+                : ipc->why[0] != '\0' ? ipc->why
+                                       : "another rank could not set it up");
+    hoop__ipc_destroy(ipc);
+  }
+  cudaSetDevice(current);
+  free(all);
+  free(exports);
+  return res;
+}
+
 static hoop_result_t device_start(struct hoop_comm *comm, int device,
                                   size_t chunk_bytes) {
-  pthread_once(&memops_once, load_memops);
-  if (wait_value == NULL || write_value == NULL)
+  if (!hoop__cuda_memops_available())
     return HOOP_ERROR(comm, HOOP_ERR_UNSUPPORTED,
                       "device buffers need CUDA stream memory operations "
                       "(cuStreamWaitValue32), which this driver does not "
@@ -473,6 +679,12 @@ static hoop_result_t device_start(struct hoop_comm *comm, int device,
     return cuda_error(comm, e, "setting up device staging");
   }
   comm->device = d;
+  hoop_result_t res = ipc_start(comm, d, device);
+  if (res != HOOP_SUCCESS) {
+    comm->device = NULL;
+    device_release(d);
+    return res;
+  }
   int err = pthread_create(&d->thread, NULL, proxy_main, comm);
   if (err != 0) {
     comm->device = NULL;
@@ -524,10 +736,18 @@ hoop_result_t hoop__device_enqueue(struct hoop_comm *comm,
   j->call = *c;
   j->per_rank = per_rank;
   j->label = label;
-  j->k = chunk_call(comm, c, per_rank, d->chunk_bytes);
+  j->k = hoop__chunking(comm, c, per_rank,
+                        d->ipc != NULL ? d->ipc->chunk_bytes : d->chunk_bytes);
   pthread_mutex_lock(&d->enqueue_lock);
-  j->first = d->next_chunk;
-  d->next_chunk += (uint32_t)j->k.nchunks;
+  if (d->ipc != NULL) {
+    j->first = d->ipc_chunks;
+    d->ipc_chunks += (uint32_t)j->k.nchunks;
+    j->ipc_done = HOOP_IPC_PHASES * d->ipc_chunks;
+    __atomic_store_n(&d->ipc_queued, j->ipc_done, __ATOMIC_RELEASE);
+  } else {
+    j->first = d->next_chunk;
+    d->next_chunk += (uint32_t)j->k.nchunks;
+  }
   /*
    * The proxy gets the job first, so that it works through the chunks
    * while the rest are queued; it may finish and free the job meanwhile,
@@ -543,7 +763,14 @@ hoop_result_t hoop__device_enqueue(struct hoop_comm *comm,
   d->queued++;
   pthread_cond_broadcast(&d->cond);
   pthread_mutex_unlock(&d->lock);
-  cudaError_t e = enqueue_gpu(comm, d, &mine, (cudaStream_t)stream);
+  cudaError_t e =
+      d->ipc != NULL
+          ? hoop__ipc_enqueue(d->ipc, &mine.call, per_rank, &mine.k,
+                              mine.first,
+                              label == HOOP_COLL_ALLREDUCE &&
+                                  comm->algo == HOOP_ALGO_PS,
+                              d->ipc_oneshot_bytes, (cudaStream_t)stream)
+          : enqueue_gpu(comm, d, &mine, (cudaStream_t)stream);
   pthread_mutex_unlock(&d->enqueue_lock);
   if (e != cudaSuccess) {
     cudaGetLastError();
@@ -578,6 +805,33 @@ hoop_result_t hoop__device_async_error(struct hoop_comm *comm) {
   return queue_error(comm, 0);
 }
 
+/*
+ * The peers may still be copying out of this rank's window after its own
+ * GPU is done: wait until each is done too, has exited, or the comm's
+ * timeout passes, before the window is freed.  After a failure there is
+ * nothing to wait for.
+ */
+static void ipc_quiesce(struct hoop_comm *comm, struct hoop_device *d) {
+  if (comm->broken != HOOP_SUCCESS)
+    return; /* the counters were released; results are garbage anyway */
+  uint32_t done = __atomic_load_n(&d->ipc_queued, __ATOMIC_ACQUIRE);
+  long long deadline = hoop__now_ms() + comm->timeout_ms;
+  for (int q = 0; q < comm->nranks; q++) {
+    while (q != comm->rank &&
+           !hoop__counter_reached(hoop__ipc_phase(d->ipc, q), done) &&
+           !peer_dead(comm, d, q) && hoop__now_ms() < deadline &&
+           !__atomic_load_n(&comm->aborted, __ATOMIC_ACQUIRE)) {
+      struct timespec nap = {0, 100000};
+      nanosleep(&nap, NULL);
+    }
+  }
+}
+
+const char *hoop__device_path(const struct hoop_comm *comm) {
+  const struct hoop_device *d = comm->device;
+  return d == NULL ? "none" : d->ipc != NULL ? "cuda_ipc" : "staged";
+}
+
 void hoop__device_free(struct hoop_comm *comm) {
   struct hoop_device *d = comm->device;
   if (d == NULL)
@@ -587,6 +841,10 @@ void hoop__device_free(struct hoop_comm *comm) {
   pthread_cond_broadcast(&d->cond);
   pthread_mutex_unlock(&d->lock);
   pthread_join(d->thread, NULL);
+  if (d->ipc != NULL) {
+    ipc_quiesce(comm, d);
+    hoop__ipc_destroy(d->ipc);
+  }
   device_release(d);
   comm->device = NULL;
 }

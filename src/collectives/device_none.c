@@ -34,4 +34,8 @@ hoop_result_t hoop__device_async_error(struct hoop_comm *comm) {
   return HOOP_SUCCESS;
 }
 
+const char *hoop__device_path(const struct hoop_comm *comm) {
+  return "none";
+}
+
 void hoop__device_free(struct hoop_comm *comm) {}

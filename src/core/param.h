@@ -21,7 +21,9 @@
   X(alpha_ns, "HOOP_ALPHA_NS", 20000)                                        \
   X(link_mbps, "HOOP_LINK_MBPS", 2000)                                       \
   X(host_mbps, "HOOP_HOST_MBPS", 5000)                                       \
-  X(cuda_chunk_bytes, "HOOP_CUDA_CHUNK_BYTES", 4 * 1024 * 1024)
+  X(cuda_chunk_bytes, "HOOP_CUDA_CHUNK_BYTES", 4 * 1024 * 1024)            \
+  X(cuda_ipc_chunk_bytes, "HOOP_CUDA_IPC_CHUNK_BYTES", 64 * 1024 * 1024)    \
+  X(cuda_ipc_oneshot_bytes, "HOOP_CUDA_IPC_ONESHOT_BYTES", 1024 * 1024 * 1024)
 
 #define HOOP_PARAM_DECLARE_(name, env, def) int64_t hoop__param_##name(void);
 HOOP_PARAMS(HOOP_PARAM_DECLARE_)

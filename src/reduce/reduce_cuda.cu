@@ -173,20 +173,67 @@ __global__ void reduce_scalar(typename E::Store *d,
 /* Quotients as reduce.c takes them: double for native floats, float for
  * halves, C's truncating division for integers. */
 template <typename E>
-__global__ void divide(typename E::Store *p, size_t n, int divisor) {
+__device__ typename E::Calc quotient(typename E::Calc x, int divisor) {
   typedef typename E::Calc C;
+  if constexpr (IsFloat<C>::value && sizeof(C) == sizeof(typename E::Store))
+    return (C)__ddiv_rn((double)x, (double)divisor);
+  else if constexpr (IsFloat<C>::value)
+    return __fdiv_rn(x, (float)divisor);
+  else if constexpr (std::is_signed<C>::value)
+    return (C)((long long)x / divisor);
+  else
+    return (C)((unsigned long long)x / (unsigned)divisor);
+}
+
+template <typename E>
+__global__ void divide(typename E::Store *p, size_t n, int divisor) {
+  size_t stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += stride)
+    p[i] = E::store(quotient<E>(E::load(p[i]), divisor));
+}
+
+/* Passed by value: kernel parameters live in constant memory. */
+struct Sources {
+  const void *p[HOOP_CUDA_MAX_SOURCES];
+};
+
+/*
+ * d[i] (and d2[i] when d2 is set) = s0[i] op s1[i] op ... in source order,
+ * in the wide type (fp32 for halves) with one rounding at the end; AVG
+ * divides the sum by the number of sources there too.
+ */
+template <typename E, typename Op, typename V>
+__global__ void reduce_many(V *d, V *d2, Sources src, int nsrc, size_t n,
+                            int average) {
+  typedef typename E::Store T;
+  typedef typename E::Calc C;
+  const int lanes = sizeof(V) / sizeof(T);
+  union Pack {
+    V v;
+    T e[lanes];
+  };
   size_t stride = (size_t)gridDim.x * blockDim.x;
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
        i += stride) {
-    C x = E::load(p[i]);
-    if constexpr (IsFloat<C>::value && sizeof(C) == sizeof(typename E::Store))
-      p[i] = E::store((C)__ddiv_rn((double)x, (double)divisor));
-    else if constexpr (IsFloat<C>::value)
-      p[i] = E::store(__fdiv_rn(x, (float)divisor));
-    else if constexpr (std::is_signed<C>::value)
-      p[i] = E::store((C)((long long)x / divisor));
-    else
-      p[i] = E::store((C)((unsigned long long)x / (unsigned)divisor));
+    Pack x, r;
+    C acc[lanes];
+    x.v = ((const V *)src.p[0])[i];
+#pragma unroll
+    for (int k = 0; k < lanes; k++)
+      acc[k] = E::load(x.e[k]);
+    for (int s = 1; s < nsrc; s++) {
+      x.v = ((const V *)src.p[s])[i];
+#pragma unroll
+      for (int k = 0; k < lanes; k++)
+        acc[k] = Op::apply(acc[k], E::load(x.e[k]));
+    }
+#pragma unroll
+    for (int k = 0; k < lanes; k++)
+      r.e[k] = E::store(average ? quotient<E>(acc[k], nsrc) : acc[k]);
+    d[i] = r.v;
+    if (d2 != nullptr)
+      d2[i] = r.v;
   }
 }
 
@@ -231,6 +278,46 @@ int launch_op(void *dst, const void *a, const void *b, size_t n,
   case HOOP_PROD: return launch_reduce<E, OpProd>(dst, a, b, n, s);
   case HOOP_MIN: return launch_reduce<E, OpMin>(dst, a, b, n, s);
   case HOOP_MAX: return launch_reduce<E, OpMax>(dst, a, b, n, s);
+  default: return (int)cudaErrorInvalidValue;
+  }
+}
+
+template <typename E, typename Op>
+int launch_many(void *dst, void *dst2, const void *const *srcs, int nsrc,
+                size_t n, int average, cudaStream_t s) {
+  typedef typename E::Store T;
+  const size_t lanes = sizeof(uint4) / sizeof(T);
+  Sources src;
+  uintptr_t align = (uintptr_t)dst | (uintptr_t)dst2;
+  for (int k = 0; k < nsrc; k++) {
+    src.p[k] = srcs[k];
+    align |= (uintptr_t)srcs[k];
+  }
+  size_t nvec = align % sizeof(uint4) == 0 ? n / lanes : 0;
+  if (nvec > 0)
+    reduce_many<E, Op, uint4><<<blocks_for(nvec), kThreads, 0, s>>>(
+        (uint4 *)dst, (uint4 *)dst2, src, nsrc, nvec, average);
+  size_t done = nvec * lanes;
+  if (done < n) {
+    for (int k = 0; k < nsrc; k++)
+      src.p[k] = (const T *)srcs[k] + done;
+    reduce_many<E, Op, T><<<blocks_for(n - done), kThreads, 0, s>>>(
+        (T *)dst + done, dst2 != nullptr ? (T *)dst2 + done : nullptr, src,
+        nsrc, n - done, average);
+  }
+  return (int)cudaGetLastError();
+}
+
+template <typename E>
+int launch_many_op(void *dst, void *dst2, const void *const *srcs, int nsrc,
+                   size_t n, hoop_op_t op, cudaStream_t s) {
+  switch (op) {
+  case HOOP_SUM: return launch_many<E, OpSum>(dst, dst2, srcs, nsrc, n, 0, s);
+  case HOOP_AVG: return launch_many<E, OpSum>(dst, dst2, srcs, nsrc, n, 1, s);
+  case HOOP_PROD:
+    return launch_many<E, OpProd>(dst, dst2, srcs, nsrc, n, 0, s);
+  case HOOP_MIN: return launch_many<E, OpMin>(dst, dst2, srcs, nsrc, n, 0, s);
+  case HOOP_MAX: return launch_many<E, OpMax>(dst, dst2, srcs, nsrc, n, 0, s);
   default: return (int)cudaErrorInvalidValue;
   }
 }
@@ -281,6 +368,24 @@ extern "C" int hoop__cuda_reduce_div(void *buf, size_t count,
   switch (dtype) {
 #define CASE_(dt, E)                                                          \
   case dt: return launch_div<E>(buf, count, divisor, s);
+    HOOP_CUDA_DTYPES(CASE_)
+#undef CASE_
+  default: return (int)cudaErrorInvalidValue;
+  }
+}
+
+extern "C" int hoop__cuda_reduce_many(void *dst, void *dst2,
+                                      const void *const *srcs, int nsrc,
+                                      size_t count, hoop_dtype_t dtype,
+                                      hoop_op_t op, void *stream) {
+  if (nsrc < 1 || nsrc > HOOP_CUDA_MAX_SOURCES)
+    return (int)cudaErrorInvalidValue;
+  if (count == 0)
+    return (int)cudaSuccess;
+  cudaStream_t s = (cudaStream_t)stream;
+  switch (dtype) {
+#define CASE_(dt, E)                                                          \
+  case dt: return launch_many_op<E>(dst, dst2, srcs, nsrc, count, op, s);
     HOOP_CUDA_DTYPES(CASE_)
 #undef CASE_
   default: return (int)cudaErrorInvalidValue;

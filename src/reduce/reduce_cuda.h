@@ -27,6 +27,21 @@ int hoop__cuda_reduce(void *dst, const void *a, const void *b, size_t count,
 int hoop__cuda_reduce_div(void *buf, size_t count, hoop_dtype_t dtype,
                           int divisor, void *stream);
 
+/* The most sources hoop__cuda_reduce_many takes (ranks sharing memory). */
+#define HOOP_CUDA_MAX_SOURCES 64
+
+/*
+ * Enqueues dst[i] = srcs[0][i] op srcs[1][i] op ... op srcs[nsrc-1][i], in
+ * that order, and writes the same into dst2 when it is not NULL (a reduced
+ * slice kept for the peers to read: reduce and forward in one pass).  The
+ * combination runs in the wide type (fp32 for fp16/bf16) and rounds once;
+ * AVG divides the sum by nsrc there.  Every pointer is device memory the
+ * current device can reach; 1 <= nsrc <= HOOP_CUDA_MAX_SOURCES.
+ */
+int hoop__cuda_reduce_many(void *dst, void *dst2, const void *const *srcs,
+                           int nsrc, size_t count, hoop_dtype_t dtype,
+                           hoop_op_t op, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -17,14 +17,14 @@ static const struct hoop_transport_ops *const transports[] = {
 
 #define NTRANSPORTS (sizeof transports / sizeof *transports)
 
-static const char *forced_transport(void) {
+const char *hoop__transport_forced(void) {
   const char *forced = getenv("HOOP_TRANSPORT");
   return forced != NULL && *forced != '\0' ? forced : NULL;
 }
 
 const struct hoop_transport_ops *hoop__transport_pick(
     const struct hoop_comm *comm, int a, int b) {
-  const char *forced = forced_transport();
+  const char *forced = hoop__transport_forced();
   for (size_t i = 0; i < NTRANSPORTS; i++) {
     const struct hoop_transport_ops *t = transports[i];
     if (forced != NULL && strcmp(forced, t->name) != 0)
@@ -57,7 +57,7 @@ hoop_result_t hoop__transport_connect(struct hoop_comm *comm, int peer,
               t->name);
     return HOOP_SUCCESS;
   }
-  const char *forced = forced_transport();
+  const char *forced = hoop__transport_forced();
   if (forced != NULL)
     return HOOP_ERROR(comm, HOOP_ERR_INVALID_ARGUMENT,
                       "HOOP_TRANSPORT=%s: no such transport can connect "

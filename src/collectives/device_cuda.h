@@ -1,0 +1,53 @@
+/*
+ * What the two device paths share (built with CUDA): how a call on device
+ * buffers is cut into chunks, each a collective of its own, and the CUDA IPC
+ * schedules (device_ipc.c) that device_cuda.c runs instead of staging when
+ * every rank is on one host.
+ */
+#ifndef HOOP_COLLECTIVES_DEVICE_CUDA_H
+#define HOOP_COLLECTIVES_DEVICE_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#include "collectives/algorithms.h"
+
+struct hoop_comm;
+struct hoop_ipc;
+
+/* How a call's buffers split into chunks that are collectives of their own. */
+struct hoop_chunking {
+  size_t total;   /* elements per rank block (blocked colls) or buffer */
+  size_t per;     /* of those, per chunk */
+  size_t nchunks; /* at least one, so a zero-count call still runs */
+  size_t rows;    /* blocks moved per chunk: nranks or 1 */
+};
+
+/* Chunks of at most chunk_bytes (all rows together). */
+struct hoop_chunking hoop__chunking(const struct hoop_comm *comm,
+                                    const struct hoop_call *c,
+                                    size_t per_rank, size_t chunk_bytes);
+
+/* Elements per row in chunk i. */
+size_t hoop__chunk_elems(const struct hoop_chunking *k, size_t i);
+
+/* The counter phases a chunk goes through: staged, reduced, done. */
+#define HOOP_IPC_PHASES 3
+
+/*
+ * Enqueues call c on stream s over CUDA IPC, its chunks numbered from
+ * `first` (chunk numbers count over the communicator's life, the same on
+ * every rank).  When the stream has run it, this rank's counter is
+ * HOOP_IPC_PHASES * (first + k->nchunks).  `ps` sends an all-reduce
+ * through rank 0's memory instead of splitting the reduction; otherwise an
+ * all-reduce chunk is reduced whole by every rank (one-shot) when that
+ * costs at most `oneshot_bytes` more memory traffic than splitting it.
+ */
+cudaError_t hoop__ipc_enqueue(struct hoop_ipc *ipc,
+                              const struct hoop_call *c, size_t per_rank,
+                              const struct hoop_chunking *k, uint32_t first,
+                              int ps, size_t oneshot_bytes, cudaStream_t s);
+
+#endif /* HOOP_COLLECTIVES_DEVICE_CUDA_H */
