@@ -18,13 +18,14 @@ static double factor(int n) { return 2.0 * (n - 1) / n; }
 /*
  * model.c's link bytes: the ring 2(N-1)/N of the buffer each way; the
  * parameter server's root (N-1)K each way; a double binary tree node at
- * most 2K.
+ * most 2K; over CUDA IPC, one-shot reads (N-1)K from the peers.
  */
 static double model_bytes(hoop_algo_t algo, int n, double k) {
   switch (algo) {
   case HOOP_ALGO_RING: return factor(n) * k;
   case HOOP_ALGO_PS: return (double)(n - 1) * k;
   case HOOP_ALGO_TREE: return n > 1 ? 2.0 * k : 0;
+  case HOOP_ALGO_ONESHOT: return (double)(n - 1) * k;
   default: return 0;
   }
 }

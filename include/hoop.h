@@ -92,6 +92,9 @@ typedef enum hoop_algo {
   HOOP_ALGO_TREE = 2,
   HOOP_ALGO_PS = 3,
   HOOP_ALGO_P2P = 4, /* send/recv and all-to-all; not selectable */
+  /* CUDA IPC all-reduce where every rank reduces the whole buffer; chosen
+     by HOOP_CUDA_IPC_ONESHOT_BYTES, not selectable */
+  HOOP_ALGO_ONESHOT = 5,
   HOOP_ALGO_COUNT
 } hoop_algo_t;
 
@@ -352,7 +355,10 @@ HOOP_API hoop_result_t hoop_comm_transport(hoop_comm_t comm, int a, int b,
 
 /*
  * Counters, per communicator.  Bytes are payload (what the schedule moves),
- * not headers; time is wall time inside the calls.
+ * not headers; time is wall time inside the calls.  Over CUDA IPC a rank
+ * "receives" what its GPU reads from a peer's memory and "sends" what the
+ * peer reads from its own, and time runs from the call to the GPU's
+ * completion.  Reading the counters first waits for queued device calls.
  */
 typedef struct hoop_coll_stats {
   uint64_t calls;

@@ -543,6 +543,17 @@ TEST_P(CudaCollectives, EveryCollectiveDtypeOpSizeMatchesReference) {
           RANK_EXPECT_OK(log, comm, hoop_comm_device_path(comm, &path));
           RANK_EXPECT(log, path != nullptr && strcmp(path, want) == 0,
                       "device calls went %s, expected %s", path, want);
+          // The counters saw the device all-reduces and what they moved.
+          hoop_stats_t st;
+          RANK_EXPECT_OK(log, comm, hoop_comm_get_stats(comm, &st));
+          uint64_t calls = 0, moved = 0;
+          for (int a = HOOP_ALGO_RING; a < HOOP_ALGO_COUNT; a++) {
+            calls += st.by_coll[HOOP_COLL_ALLREDUCE][a].calls;
+            moved += st.by_coll[HOOP_COLL_ALLREDUCE][a].bytes_received;
+          }
+          RANK_EXPECT(log, nranks == 1 || (calls >= 100 && moved > 0),
+                      "all-reduce counters: %llu calls, %llu bytes",
+                      (unsigned long long)calls, (unsigned long long)moved);
         });
       },
       opt);
@@ -780,6 +791,59 @@ TEST(CudaIpc, DifferentChunkSettingsAreRefusedOnEveryRank) {
           cudaFree(dev);
         });
       });
+  EXPECT_TRUE(r.all_ok()) << describe(r);
+}
+
+// The GPU cannot see that ranks made different calls; the ranks' posted
+// call records can, so every rank fails, naming both calls, instead of
+// returning garbage.
+TEST(CudaIpc, DifferentCallsFailOnEveryRank) {
+  REQUIRE_GPU();
+  const char *forced = getenv("HOOP_TRANSPORT");
+  if (forced != nullptr && *forced != '\0')
+    GTEST_SKIP() << "HOOP_TRANSPORT=" << forced << " stages device calls";
+  hoop_config_t cfg = HOOP_CONFIG_INIT;
+  cfg.timeout_ms = 20000;
+  RunOptions opt;
+  opt.config = &cfg;
+  opt.timeout_s = 60;
+  RunResult r = run_ranks(
+      3,
+      [](RankLog &log, hoop_comm_t comm, int rank, int nranks) {
+        with_stream(log, [&](cudaStream_t stream) {
+          const size_t n = 4096;
+          float *dev = nullptr;
+          if (cudaMalloc((void **)&dev, n * sizeof(float)) != cudaSuccess) {
+            log.fail("cudaMalloc failed");
+            return;
+          }
+          cudaMemset(dev, 0, n * sizeof(float));
+          RANK_EXPECT_OK(log, comm,
+                         rank == nranks - 1
+                             ? hoop_broadcast(comm, dev, dev, n, HOOP_F32, 0,
+                                              stream)
+                             : hoop_allreduce(comm, dev, dev, n, HOOP_F32,
+                                              HOOP_SUM, stream));
+          cudaStreamSynchronize(stream);
+          hoop_result_t async = HOOP_SUCCESS;
+          for (int i = 0; i < 200 && async == HOOP_SUCCESS; i++) {
+            RANK_EXPECT_OK(log, comm,
+                           hoop_comm_get_async_error(comm, &async));
+            usleep(10000);
+          }
+          RANK_EXPECT(log,
+                      async == HOOP_ERR_MISMATCH || async == HOOP_ERR_REMOTE,
+                      "async error %s", hoop_result_name(async));
+          RANK_EXPECT(log,
+                      strstr(hoop_comm_last_error(comm), "differs") !=
+                              nullptr &&
+                          strstr(hoop_comm_last_error(comm),
+                                 "hoop_broadcast") != nullptr,
+                      "error: %s", hoop_comm_last_error(comm));
+          cudaFree(dev);
+        });
+      },
+      opt);
   EXPECT_TRUE(r.all_ok()) << describe(r);
 }
 

@@ -28,6 +28,7 @@
 #include <sched.h>
 #include <stdalign.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -68,6 +69,9 @@ struct device_job {
   struct hoop_chunking k;
   uint32_t first;    /* number of its first chunk */
   uint32_t ipc_done; /* over CUDA IPC: this rank's counter when it is done */
+  int ipc_ps;        /* an all-reduce through rank 0's window */
+  uint64_t ipc_call; /* its number among the comm's IPC calls, from 1 */
+  long long start_ns;
 };
 
 struct hoop_device {
@@ -100,8 +104,10 @@ struct hoop_device {
   struct hoop_ipc *ipc;
   size_t ipc_oneshot_bytes; /* HOOP_CUDA_IPC_ONESHOT_BYTES */
   uint32_t ipc_chunks;  /* chunks queued over the comm's life */
+  uint64_t ipc_calls;   /* calls queued, likewise */
   uint32_t ipc_queued;  /* this rank's counter when all are done (atomic) */
   int ipc_watch_peers;  /* peers' pids mean something here (same pid ns) */
+  uint64_t *ipc_sent, *ipc_received; /* [nranks], the proxy's, for counting */
 };
 
 /* ---- CUDA entry points -------------------------------------------------- */
@@ -315,6 +321,82 @@ static int peer_dead(const struct hoop_comm *comm,
          errno == ESRCH;
 }
 
+/* What every rank posts about each IPC call, so that peers can compare. */
+struct call_record {
+  uint32_t label;
+  uint32_t dtype;
+  uint32_t op;  /* 0 where the call reduces nothing */
+  int32_t root; /* -1 where it has none */
+  uint64_t count;
+  uint32_t ps;
+  uint32_t zero;
+};
+
+static int label_reduces(hoop_coll_t l) {
+  return l == HOOP_COLL_ALLREDUCE || l == HOOP_COLL_REDUCE ||
+         l == HOOP_COLL_REDUCE_SCATTER;
+}
+
+static int label_rooted(hoop_coll_t l) {
+  return l == HOOP_COLL_BROADCAST || l == HOOP_COLL_REDUCE;
+}
+
+static struct call_record record_of(const struct device_job *j) {
+  struct call_record r = {
+      .label = (uint32_t)j->label,
+      .dtype = (uint32_t)j->call.dtype,
+      .op = label_reduces(j->label) ? (uint32_t)j->call.op : 0,
+      .root = label_rooted(j->label) ? j->call.root : -1,
+      .count = j->per_rank,
+      .ps = (uint32_t)j->ipc_ps};
+  return r;
+}
+
+/* "hoop_allreduce(float sum, count 1000)" */
+static void describe_record(const struct call_record *r, char *buf,
+                            size_t len) {
+  hoop_coll_t l = (hoop_coll_t)r->label;
+  char root[32] = "";
+  if (label_rooted(l))
+    snprintf(root, sizeof root, ", root %d", (int)r->root);
+  snprintf(buf, len, "%s(%s%s%s, count %llu%s%s)", hoop__collective_name(l),
+           hoop_dtype_name((hoop_dtype_t)r->dtype),
+           label_reduces(l) ? " " : "",
+           label_reduces(l) ? hoop_op_name((hoop_op_t)r->op) : "",
+           (unsigned long long)r->count, root,
+           r->ps ? ", parameter server" : "");
+}
+
+/*
+ * The GPU cannot tell that ranks made different calls; the records can.
+ * Compares this call with every peer's that has posted the same number.
+ */
+static hoop_result_t compare_calls(struct hoop_comm *comm,
+                                   struct hoop_device *d,
+                                   const struct device_job *j) {
+  _Static_assert(sizeof(struct call_record) <= HOOP_IPC_RECORD_BYTES,
+                 "a call record fits a mailbox slot");
+  unsigned char raw[HOOP_IPC_RECORD_BYTES] = {0};
+  struct call_record mine = record_of(j), theirs;
+  for (int q = 0; q < comm->nranks; q++) {
+    if (q == comm->rank || hoop__ipc_read(d->ipc, q, j->ipc_call, raw) != 0)
+      continue;
+    memcpy(&theirs, raw, sizeof theirs);
+    if (memcmp(&theirs, &mine, sizeof mine) == 0)
+      continue;
+    char a[160], b[160], desc[128];
+    describe_record(&mine, a, sizeof a);
+    describe_record(&theirs, b, sizeof b);
+    hoop__peer_desc(comm, q, desc, sizeof desc);
+    return HOOP_ERROR(comm, HOOP_ERR_MISMATCH,
+                      "rank %d: device call %llu differs: this rank called "
+                      "%s, %s called %s",
+                      comm->rank, (unsigned long long)j->ipc_call, a, desc,
+                      b);
+  }
+  return HOOP_SUCCESS;
+}
+
 /*
  * Whether a call whose counter has come through really succeeded.  A rank
  * that fails tells every peer (a failure notice, sent first) and then
@@ -322,8 +404,10 @@ static int peer_dead(const struct hoop_comm *comm,
  * a notice, or a counter released past anything queued here, says so.
  */
 static hoop_result_t ipc_outcome(struct hoop_comm *comm,
-                                 struct hoop_device *d, uint32_t now) {
+                                 struct hoop_device *d,
+                                 const struct device_job *j, uint32_t now) {
   HOOP_CHECK(hoop__comm_check_notices(comm, 0));
+  HOOP_CHECK(compare_calls(comm, d, j));
   uint32_t queued = __atomic_load_n(&d->ipc_queued, __ATOMIC_ACQUIRE);
   if ((int32_t)(now - queued) < (int32_t)(IPC_RELEASE_JUMP / 2))
     return HOOP_SUCCESS;
@@ -347,7 +431,7 @@ static hoop_result_t watch_ipc(struct hoop_comm *comm, struct hoop_device *d,
   for (int polls = 0;; polls++) {
     uint32_t now = hoop__ipc_phase(ipc, comm->rank);
     if (hoop__counter_reached(now, j->ipc_done))
-      return ipc_outcome(comm, d, now);
+      return ipc_outcome(comm, d, j, now);
     if (__atomic_load_n(&d->poisoned, __ATOMIC_ACQUIRE))
       return HOOP_ERROR(comm, HOOP_ERR_SYSTEM,
                         "rank %d: a call's GPU work could not be queued "
@@ -377,6 +461,7 @@ static hoop_result_t watch_ipc(struct hoop_comm *comm, struct hoop_device *d,
       if (t - checked >= 100) {
         checked = t;
         HOOP_CHECK(hoop__comm_check_notices(comm, 0));
+        HOOP_CHECK(compare_calls(comm, d, j));
         if (behind >= 0 && peer_dead(comm, d, behind))
           return HOOP_ERROR(comm, HOOP_ERR_REMOTE,
                             "rank %d: %s exited during a call over CUDA "
@@ -405,8 +490,16 @@ static hoop_result_t watch_ipc(struct hoop_comm *comm, struct hoop_device *d,
 
 static hoop_result_t run_job(struct hoop_comm *comm, struct hoop_device *d,
                              struct device_job *j) {
-  if (d->ipc != NULL)
-    return watch_ipc(comm, d, j);
+  if (d->ipc != NULL) {
+    HOOP_CHECK(watch_ipc(comm, d, j));
+    hoop_algo_t algo = hoop__ipc_traffic(d->ipc, &j->call, &j->k, j->ipc_ps,
+                                         d->ipc_oneshot_bytes, d->ipc_sent,
+                                         d->ipc_received);
+    hoop__stats_count_peers(comm, j->label, algo,
+                            hoop__now_ns() - j->start_ns, d->ipc_sent,
+                            d->ipc_received);
+    return HOOP_SUCCESS;
+  }
   int has_send, has_recv;
   hoop__call_buffers(comm, &j->call, &has_send, &has_recv);
   for (size_t i = 0; i < j->k.nchunks; i++) {
@@ -514,6 +607,8 @@ static void device_release(struct hoop_device *d) {
     cudaFreeHost(d->stage_out[s]);
   }
   cudaFreeHost(d->flags);
+  free(d->ipc_sent);
+  free(d->ipc_received);
   cudaEvent_t events[] = {d->forked, d->joined_d2h, d->joined_h2d};
   for (int i = 0; i < 3; i++) {
     if (events[i] != NULL)
@@ -623,6 +718,10 @@ static hoop_result_t ipc_start(struct hoop_comm *comm, struct hoop_device *d,
     }
   }
   if (res == HOOP_SUCCESS && ok && hoop__ipc_attach(ipc, exports) != 0)
+    ok = 0;
+  d->ipc_sent = calloc((size_t)comm->nranks, sizeof *d->ipc_sent);
+  d->ipc_received = calloc((size_t)comm->nranks, sizeof *d->ipc_received);
+  if (d->ipc_sent == NULL || d->ipc_received == NULL)
     ok = 0;
   if (res == HOOP_SUCCESS)
     res = host_all_agree(comm, &ok);
@@ -736,6 +835,8 @@ hoop_result_t hoop__device_enqueue(struct hoop_comm *comm,
   j->call = *c;
   j->per_rank = per_rank;
   j->label = label;
+  j->ipc_ps = label == HOOP_COLL_ALLREDUCE && comm->algo == HOOP_ALGO_PS;
+  j->start_ns = hoop__now_ns();
   j->k = hoop__chunking(comm, c, per_rank,
                         d->ipc != NULL ? d->ipc->chunk_bytes : d->chunk_bytes);
   pthread_mutex_lock(&d->enqueue_lock);
@@ -743,7 +844,12 @@ hoop_result_t hoop__device_enqueue(struct hoop_comm *comm,
     j->first = d->ipc_chunks;
     d->ipc_chunks += (uint32_t)j->k.nchunks;
     j->ipc_done = HOOP_IPC_PHASES * d->ipc_chunks;
+    j->ipc_call = ++d->ipc_calls;
     __atomic_store_n(&d->ipc_queued, j->ipc_done, __ATOMIC_RELEASE);
+    struct call_record rec = record_of(j);
+    unsigned char raw[HOOP_IPC_RECORD_BYTES] = {0};
+    memcpy(raw, &rec, sizeof rec);
+    hoop__ipc_post(d->ipc, j->ipc_call, raw);
   } else {
     j->first = d->next_chunk;
     d->next_chunk += (uint32_t)j->k.nchunks;
@@ -766,9 +872,7 @@ hoop_result_t hoop__device_enqueue(struct hoop_comm *comm,
   cudaError_t e =
       d->ipc != NULL
           ? hoop__ipc_enqueue(d->ipc, &mine.call, per_rank, &mine.k,
-                              mine.first,
-                              label == HOOP_COLL_ALLREDUCE &&
-                                  comm->algo == HOOP_ALGO_PS,
+                              mine.first, mine.ipc_ps,
                               d->ipc_oneshot_bytes, (cudaStream_t)stream)
           : enqueue_gpu(comm, d, &mine, (cudaStream_t)stream);
   pthread_mutex_unlock(&d->enqueue_lock);

@@ -50,4 +50,17 @@ cudaError_t hoop__ipc_enqueue(struct hoop_ipc *ipc,
                               const struct hoop_chunking *k, uint32_t first,
                               int ps, size_t oneshot_bytes, cudaStream_t s);
 
+/*
+ * What such a call moves between this rank and each peer q, for the
+ * counters: received[q] bytes its GPU reads from q's window, sent[q] bytes
+ * q reads from its own.  Returns the schedule, as the counters name it:
+ * ring (split reduction, and the other collectives), ps, oneshot, or p2p
+ * (all-to-all).
+ */
+hoop_algo_t hoop__ipc_traffic(const struct hoop_ipc *ipc,
+                              const struct hoop_call *c,
+                              const struct hoop_chunking *k, int ps,
+                              size_t oneshot_bytes, uint64_t *sent,
+                              uint64_t *received);
+
 #endif /* HOOP_COLLECTIVES_DEVICE_CUDA_H */

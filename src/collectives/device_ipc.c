@@ -227,3 +227,56 @@ cudaError_t hoop__ipc_enqueue(struct hoop_ipc *ipc,
   }
   return e;
 }
+
+hoop_algo_t hoop__ipc_traffic(const struct hoop_ipc *ipc,
+                              const struct hoop_call *c,
+                              const struct hoop_chunking *k, int ps,
+                              size_t oneshot_bytes, uint64_t *sent,
+                              uint64_t *received) {
+  int me = ipc->rank, nr = ipc->nranks;
+  size_t es = c->elem_size;
+  hoop_algo_t algo = c->coll == HOOP_COLL_ALLTOALL ? HOOP_ALGO_P2P
+                     : ps && c->coll == HOOP_COLL_ALLREDUCE ? HOOP_ALGO_PS
+                                                            : HOOP_ALGO_RING;
+  for (int q = 0; q < nr; q++)
+    sent[q] = received[q] = 0;
+  for (size_t i = 0; i < k->nchunks; i++) {
+    size_t n = hoop__chunk_elems(k, i), lo, mine, theirs;
+    struct chunk ck = {.c = c, .ipc = (struct hoop_ipc *)ipc, .n = n};
+    int oneshot = c->coll == HOOP_COLL_ALLREDUCE && !ps &&
+                  oneshot_pays(&ck, oneshot_bytes);
+    if (oneshot)
+      algo = HOOP_ALGO_ONESHOT;
+    slice_of(n, es, nr, me, &lo, &mine);
+    for (int q = 0; q < nr; q++) {
+      if (q == me)
+        continue;
+      /* What this rank reads from q, and what q reads from this rank. */
+      size_t from_q = n, to_q = n;
+      slice_of(n, es, nr, q, &lo, &theirs);
+      switch (c->coll) {
+      case HOOP_COLL_ALLREDUCE:
+        if (ps) {
+          from_q = me == 0 ? n : q == 0 ? n : 0;
+          to_q = me == 0 || q == 0 ? n : 0;
+        } else if (!oneshot) {
+          from_q = to_q = mine + theirs;
+        }
+        break;
+      case HOOP_COLL_BROADCAST:
+        from_q = q == c->root ? n : 0;
+        to_q = me == c->root ? n : 0;
+        break;
+      case HOOP_COLL_REDUCE:
+        from_q = me == c->root ? n : 0;
+        to_q = q == c->root ? n : 0;
+        break;
+      default: /* reduce-scatter, all-gather, all-to-all: a row each way */
+        break;
+      }
+      received[q] += from_q * es;
+      sent[q] += to_q * es;
+    }
+  }
+  return algo;
+}

@@ -144,6 +144,12 @@ hoop_result_t hoop__comm_check_notices(struct hoop_comm *comm, int wait_ms);
 void hoop__stats_count(struct hoop_comm *comm, const struct hoop_plan *plan,
                        hoop_coll_t label, hoop_algo_t algo, long long ns);
 
+/* Adds one call that moved sent[peer] / received[peer] bytes, without a
+ * plan (CUDA IPC). */
+void hoop__stats_count_peers(struct hoop_comm *comm, hoop_coll_t label,
+                             hoop_algo_t algo, long long ns,
+                             const uint64_t *sent, const uint64_t *received);
+
 /* Scratch of at least `bytes`, reused across calls. */
 hoop_result_t hoop__comm_scratch(struct hoop_comm *comm, size_t bytes,
                                  void **ptr);

@@ -1,6 +1,7 @@
 /* The public counters: what each communicator's collectives moved. */
 #include <string.h>
 
+#include "collectives/device.h"
 #include "core/comm.h"
 #include "core/engine.h"
 #include "core/error.h"
@@ -26,11 +27,28 @@ void hoop__stats_count(struct hoop_comm *comm, const struct hoop_plan *plan,
   }
 }
 
+void hoop__stats_count_peers(struct hoop_comm *comm, hoop_coll_t label,
+                             hoop_algo_t algo, long long ns,
+                             const uint64_t *sent, const uint64_t *received) {
+  hoop_coll_stats_t *s = &comm->stats.by_coll[label][algo];
+  s->calls++;
+  s->time_ns += (uint64_t)ns;
+  for (int peer = 0; peer < comm->nranks; peer++) {
+    comm->peer_sent[peer] += sent[peer];
+    comm->peer_received[peer] += received[peer];
+    comm->stats.bytes_sent += sent[peer];
+    comm->stats.bytes_received += received[peer];
+    s->bytes_sent += sent[peer];
+    s->bytes_received += received[peer];
+  }
+}
+
 hoop_result_t hoop_comm_get_stats(hoop_comm_t comm, hoop_stats_t *stats) {
   if (stats == NULL)
     return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
                       "hoop_comm_get_stats: stats is NULL");
   HOOP_CHECK(hoop__comm_enter(comm, "hoop_comm_get_stats"));
+  hoop__device_drain(comm); /* its failure is the calls' to report */
   *stats = comm->stats;
   hoop__comm_leave(comm);
   return HOOP_SUCCESS;
@@ -42,6 +60,7 @@ hoop_result_t hoop_comm_get_peer_bytes(hoop_comm_t comm, int peer,
     return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
                       "hoop_comm_get_peer_bytes: NULL result");
   HOOP_CHECK(hoop__comm_enter(comm, "hoop_comm_get_peer_bytes"));
+  hoop__device_drain(comm);
   hoop_result_t res = HOOP_SUCCESS;
   if (peer < 0 || peer >= comm->nranks) {
     res = HOOP_ERROR(comm, HOOP_ERR_INVALID_ARGUMENT,

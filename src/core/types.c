@@ -38,7 +38,7 @@ const char *hoop_op_name(hoop_op_t op) {
 static const char *const algo_names[HOOP_ALGO_COUNT] = {
     [HOOP_ALGO_AUTO] = "auto", [HOOP_ALGO_RING] = "ring",
     [HOOP_ALGO_TREE] = "tree", [HOOP_ALGO_PS] = "ps",
-    [HOOP_ALGO_P2P] = "p2p",
+    [HOOP_ALGO_P2P] = "p2p", [HOOP_ALGO_ONESHOT] = "oneshot",
 };
 
 const char *hoop_algo_name(hoop_algo_t algo) {

@@ -15,6 +15,22 @@
 /* One counter per cache line, so ranks' writes do not share a line. */
 #define COUNTER_STRIDE 64
 
+/* After the counters: per rank, HOOP_IPC_RECORDS slots of a number (written
+ * last, released) and the record. */
+struct mailbox_slot {
+  uint64_t number;
+  unsigned char rec[HOOP_IPC_RECORD_BYTES];
+  unsigned char pad[64 - 8 - HOOP_IPC_RECORD_BYTES];
+};
+
+static struct mailbox_slot *slot_of(const struct hoop_ipc *ipc, int q,
+                                    uint64_t number) {
+  struct mailbox_slot *box =
+      (struct mailbox_slot *)((char *)ipc->segment +
+                              (size_t)ipc->nranks * COUNTER_STRIDE);
+  return &box[(size_t)q * HOOP_IPC_RECORDS + number % HOOP_IPC_RECORDS];
+}
+
 static void fail(struct hoop_ipc *ipc, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 static void fail(struct hoop_ipc *ipc, const char *fmt, ...) {
@@ -94,8 +110,9 @@ void hoop__ipc_create(const struct hoop_comm *comm, int device,
   ipc->device = device;
   ipc->chunk_bytes = chunk_bytes;
   size_t page = (size_t)sysconf(_SC_PAGESIZE);
-  ipc->segment_bytes =
-      ((size_t)comm->nranks * COUNTER_STRIDE + page - 1) / page * page;
+  size_t used = (size_t)comm->nranks *
+                (COUNTER_STRIDE + HOOP_IPC_RECORDS * sizeof(struct mailbox_slot));
+  ipc->segment_bytes = (used + page - 1) / page * page;
   if (comm->nranks > HOOP_IPC_MAX_RANKS) {
     fail(ipc, "%d ranks on one host; CUDA IPC serves at most %d",
          comm->nranks, HOOP_IPC_MAX_RANKS);
@@ -209,4 +226,34 @@ uint32_t hoop__ipc_phase(const struct hoop_ipc *ipc, int q) {
 void hoop__ipc_release(struct hoop_ipc *ipc, uint32_t phase) {
   for (int q = 0; q < ipc->nranks; q++)
     __atomic_store_n(ipc->phase[q], phase, __ATOMIC_RELEASE);
+}
+
+/*
+ * A seqlock of one writer per slot: the number is WRITING while the record
+ * changes, and a reader that sees the number change under it retries.  A
+ * slot never written holds 0.
+ */
+#define WRITING UINT64_MAX
+
+void hoop__ipc_post(struct hoop_ipc *ipc, uint64_t number, const void *rec) {
+  struct mailbox_slot *slot = slot_of(ipc, ipc->rank, number);
+  __atomic_store_n(&slot->number, WRITING, __ATOMIC_RELAXED);
+  __atomic_thread_fence(__ATOMIC_RELEASE);
+  memcpy(slot->rec, rec, HOOP_IPC_RECORD_BYTES);
+  __atomic_store_n(&slot->number, number, __ATOMIC_RELEASE);
+}
+
+int hoop__ipc_read(const struct hoop_ipc *ipc, int q, uint64_t number,
+                   void *rec) {
+  const struct mailbox_slot *slot = slot_of(ipc, q, number);
+  for (;;) {
+    uint64_t before = __atomic_load_n(&slot->number, __ATOMIC_ACQUIRE);
+    if (before == WRITING)
+      continue;
+    memcpy(rec, slot->rec, HOOP_IPC_RECORD_BYTES);
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    if (__atomic_load_n(&slot->number, __ATOMIC_RELAXED) != before)
+      continue;
+    return before == number ? 0 : before < number ? -1 : 1;
+  }
 }

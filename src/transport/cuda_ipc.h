@@ -90,4 +90,22 @@ uint32_t hoop__ipc_phase(const struct hoop_ipc *ipc, int q);
  */
 void hoop__ipc_release(struct hoop_ipc *ipc, uint32_t phase);
 
+/*
+ * Mailboxes in the same segment: each rank posts a small record per call
+ * (HOOP_IPC_RECORD_BYTES, numbered from 1), which every peer can read while
+ * the last HOOP_IPC_RECORDS are kept.  The schedules use them to check that
+ * the ranks made the same calls, which the GPU cannot see.
+ */
+#define HOOP_IPC_RECORD_BYTES 48
+#define HOOP_IPC_RECORDS 256
+
+void hoop__ipc_post(struct hoop_ipc *ipc, uint64_t number, const void *rec);
+
+/*
+ * Copies rank q's record `number` into rec: 0 on success, -1 when q has
+ * not posted it yet, 1 when it was overwritten by a later one.
+ */
+int hoop__ipc_read(const struct hoop_ipc *ipc, int q, uint64_t number,
+                   void *rec);
+
 #endif /* HOOP_TRANSPORT_CUDA_IPC_H */
