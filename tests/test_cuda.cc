@@ -519,6 +519,45 @@ void with_stream(RankLog &log, const std::function<void(cudaStream_t)> &fn) {
   cudaStreamDestroy(stream);
 }
 
+// Whether HOOP_TRANSPORT forces a host transport, which stages device calls.
+bool transport_forced() {
+  const char *forced = getenv("HOOP_TRANSPORT");
+  return forced != nullptr && *forced != '\0';
+}
+
+#define REQUIRE_CUDA_IPC()                                                   \
+  do {                                                                       \
+    if (transport_forced())                                                  \
+      GTEST_SKIP() << "HOOP_TRANSPORT=" << getenv("HOOP_TRANSPORT")          \
+                   << " stages device calls";                                \
+  } while (0)
+
+// Runs that are meant to fail: a short timeout, so a hang shows as one.
+struct FailureRun {
+  hoop_config_t cfg = HOOP_CONFIG_INIT;
+  RunOptions opt;
+  FailureRun() {
+    cfg.timeout_ms = 20000;
+    opt.config = &cfg;
+    opt.timeout_s = 60;
+  }
+};
+
+// n zeroed floats of device memory (p is NULL, and the rank failed, if not).
+struct DeviceFloats {
+  float *p = nullptr;
+  DeviceFloats(RankLog &log, size_t n) {
+    if (cudaMalloc((void **)&p, n * sizeof(float)) != cudaSuccess ||
+        cudaMemset(p, 0, n * sizeof(float)) != cudaSuccess) {
+      log.fail("device buffer of %zu floats: cudaMalloc/cudaMemset failed",
+               n);
+      cudaFree(p);
+      p = nullptr;
+    }
+  }
+  ~DeviceFloats() { cudaFree(p); }
+};
+
 class CudaCollectives : public ::testing::TestWithParam<int> {};
 
 TEST_P(CudaCollectives, EveryCollectiveDtypeOpSizeMatchesReference) {
@@ -535,11 +574,10 @@ TEST_P(CudaCollectives, EveryCollectiveDtypeOpSizeMatchesReference) {
               return;
           }
           // The path these cases took is the one this run meant to test.
-          const char *path = nullptr, *forced = getenv("HOOP_TRANSPORT");
-          const char *want = nranks == 1 ? "none"
-                             : forced != nullptr && *forced != '\0'
-                                 ? "staged"
-                                 : "cuda_ipc";
+          const char *path = nullptr;
+          const char *want = nranks == 1          ? "none"
+                             : transport_forced() ? "staged"
+                                                  : "cuda_ipc";
           RANK_EXPECT_OK(log, comm, hoop_comm_device_path(comm, &path));
           RANK_EXPECT(log, path != nullptr && strcmp(path, want) == 0,
                       "device calls went %s, expected %s", path, want);
@@ -709,25 +747,17 @@ TEST(CudaErrors, MixedOrUnsupportedBuffersAreRefused) {
 // waits, and the stream completes (its results are garbage).
 TEST(CudaIpc, PeerThatExitsIsNamedAndItsPeersStreamsFinish) {
   REQUIRE_GPU();
-  const char *forced = getenv("HOOP_TRANSPORT");
-  if (forced != nullptr && *forced != '\0')
-    GTEST_SKIP() << "HOOP_TRANSPORT=" << forced << " stages device calls";
-  hoop_config_t cfg = HOOP_CONFIG_INIT;
-  cfg.timeout_ms = 20000;
-  RunOptions opt;
-  opt.config = &cfg;
-  opt.timeout_s = 60;
+  REQUIRE_CUDA_IPC();
+  FailureRun run;
   RunResult r = run_ranks(
       3,
       [](RankLog &log, hoop_comm_t comm, int rank, int nranks) {
         with_stream(log, [&](cudaStream_t stream) {
           const size_t n = 1 << 20;
-          float *dev = nullptr;
-          if (cudaMalloc((void **)&dev, n * sizeof(float)) != cudaSuccess) {
-            log.fail("cudaMalloc failed");
+          DeviceFloats buf(log, n);
+          float *dev = buf.p;
+          if (dev == nullptr)
             return;
-          }
-          cudaMemset(dev, 0, n * sizeof(float));
           RANK_EXPECT_OK(log, comm,
                          hoop_allreduce(comm, dev, dev, n, HOOP_F32,
                                         HOOP_SUM, stream));
@@ -756,10 +786,9 @@ TEST(CudaIpc, PeerThatExitsIsNamedAndItsPeersStreamsFinish) {
           RANK_EXPECT(log, strstr(hoop_comm_last_error(comm), who) != nullptr,
                       "the error does not name %s: %s", who,
                       hoop_comm_last_error(comm));
-          cudaFree(dev);
         });
       },
-      opt);
+      run.opt);
   EXPECT_TRUE(r.all_ok()) << describe(r);
 }
 
@@ -767,19 +796,16 @@ TEST(CudaIpc, PeerThatExitsIsNamedAndItsPeersStreamsFinish) {
 // first device call, on every rank, instead of corrupting data.
 TEST(CudaIpc, DifferentChunkSettingsAreRefusedOnEveryRank) {
   REQUIRE_GPU();
-  const char *forced = getenv("HOOP_TRANSPORT");
-  if (forced != nullptr && *forced != '\0')
-    GTEST_SKIP() << "HOOP_TRANSPORT=" << forced << " stages device calls";
+  REQUIRE_CUDA_IPC();
   RunResult r = run_ranks(
       2, [](RankLog &log, hoop_comm_t comm, int rank, int nranks) {
         // Read once per process, at the first device call.
         setenv("HOOP_CUDA_IPC_CHUNK_BYTES", rank == 0 ? "1M" : "2M", 1);
         with_stream(log, [&](cudaStream_t stream) {
-          float *dev = nullptr;
-          if (cudaMalloc((void **)&dev, 1024 * sizeof(float)) != cudaSuccess) {
-            log.fail("cudaMalloc failed");
+          DeviceFloats buf(log, 1024);
+          float *dev = buf.p;
+          if (dev == nullptr)
             return;
-          }
           hoop_result_t res = hoop_allreduce(comm, dev, dev, 1024, HOOP_F32,
                                              HOOP_SUM, stream);
           RANK_EXPECT(log, res == HOOP_ERR_MISMATCH, "gave %s",
@@ -788,7 +814,6 @@ TEST(CudaIpc, DifferentChunkSettingsAreRefusedOnEveryRank) {
                       strstr(hoop_comm_last_error(comm),
                              "HOOP_CUDA_IPC_CHUNK_BYTES") != nullptr,
                       "message: %s", hoop_comm_last_error(comm));
-          cudaFree(dev);
         });
       });
   EXPECT_TRUE(r.all_ok()) << describe(r);
@@ -799,25 +824,17 @@ TEST(CudaIpc, DifferentChunkSettingsAreRefusedOnEveryRank) {
 // returning garbage.
 TEST(CudaIpc, DifferentCallsFailOnEveryRank) {
   REQUIRE_GPU();
-  const char *forced = getenv("HOOP_TRANSPORT");
-  if (forced != nullptr && *forced != '\0')
-    GTEST_SKIP() << "HOOP_TRANSPORT=" << forced << " stages device calls";
-  hoop_config_t cfg = HOOP_CONFIG_INIT;
-  cfg.timeout_ms = 20000;
-  RunOptions opt;
-  opt.config = &cfg;
-  opt.timeout_s = 60;
+  REQUIRE_CUDA_IPC();
+  FailureRun run;
   RunResult r = run_ranks(
       3,
       [](RankLog &log, hoop_comm_t comm, int rank, int nranks) {
         with_stream(log, [&](cudaStream_t stream) {
           const size_t n = 4096;
-          float *dev = nullptr;
-          if (cudaMalloc((void **)&dev, n * sizeof(float)) != cudaSuccess) {
-            log.fail("cudaMalloc failed");
+          DeviceFloats buf(log, n);
+          float *dev = buf.p;
+          if (dev == nullptr)
             return;
-          }
-          cudaMemset(dev, 0, n * sizeof(float));
           RANK_EXPECT_OK(log, comm,
                          rank == nranks - 1
                              ? hoop_broadcast(comm, dev, dev, n, HOOP_F32, 0,
@@ -840,10 +857,9 @@ TEST(CudaIpc, DifferentCallsFailOnEveryRank) {
                           strstr(hoop_comm_last_error(comm),
                                  "hoop_broadcast") != nullptr,
                       "error: %s", hoop_comm_last_error(comm));
-          cudaFree(dev);
         });
       },
-      opt);
+      run.opt);
   EXPECT_TRUE(r.all_ok()) << describe(r);
 }
 

@@ -1,5 +1,8 @@
 /*
- * Device buffers staged through pinned host memory (device.h).
+ * Calls on device buffers (device.h): where buffers live, chunks, the
+ * queue of calls and the proxy thread that serves both paths, and the
+ * staged path, through pinned host memory, described here.  The CUDA IPC
+ * path is device_ipc.c.
  *
  * The caller's thread enqueues every piece of GPU work at call time, on two
  * helper streams forked from the caller's stream: per chunk, a copy into a
@@ -22,18 +25,13 @@
  * is free again once the chunk STAGES earlier is reduced (its input) and
  * drained (its output); comparisons are modulo 2^32, as the GPU's are.
  */
-#include <errno.h>
 #include <pthread.h>
-#include <signal.h>
 #include <sched.h>
 #include <stdalign.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -46,13 +44,8 @@
 #include "core/cuda_sync.h"
 #include "core/error.h"
 #include "core/param.h"
-#include "transport/cuda_ipc.h"
-#include "transport/transport.h"
 
 #define STAGES 2 /* chunks in flight: one copied while the other moves */
-
-/* How far past anything queued a failure sets the IPC counters. */
-#define IPC_RELEASE_JUMP (1u << 30)
 
 /* Written by the GPU (staged, drained) or the proxy (reduced). */
 struct device_flags {
@@ -63,15 +56,7 @@ struct device_flags {
 
 struct device_job {
   struct device_job *next;
-  struct hoop_call call;
-  size_t per_rank;
-  hoop_coll_t label;
-  struct hoop_chunking k;
-  uint32_t first;    /* number of its first chunk */
-  uint32_t ipc_done; /* over CUDA IPC: this rank's counter when it is done */
-  int ipc_ps;        /* an all-reduce through rank 0's window */
-  uint64_t ipc_call; /* its number among the comm's IPC calls, from 1 */
-  long long start_ns;
+  struct hoop_device_call c;
 };
 
 struct hoop_device {
@@ -101,13 +86,7 @@ struct hoop_device {
   char *stage_in[STAGES], *stage_out[STAGES];
 
   /* Set when every rank is on this host and CUDA IPC could join them all. */
-  struct hoop_ipc *ipc;
-  size_t ipc_oneshot_bytes; /* HOOP_CUDA_IPC_ONESHOT_BYTES */
-  uint32_t ipc_chunks;  /* chunks queued over the comm's life */
-  uint64_t ipc_calls;   /* calls queued, likewise */
-  uint32_t ipc_queued;  /* this rank's counter when all are done (atomic) */
-  int ipc_watch_peers;  /* peers' pids mean something here (same pid ns) */
-  uint64_t *ipc_sent, *ipc_received; /* [nranks], the proxy's, for counting */
+  struct hoop_ipc_path *ipc;
 };
 
 /* ---- CUDA entry points -------------------------------------------------- */
@@ -197,7 +176,7 @@ size_t hoop__chunk_elems(const struct hoop_chunking *k, size_t i) {
  * gathered into contiguous blocks by one 2-D copy; all-gather and
  * all-to-all results are scattered back the same way.
  */
-static cudaError_t copy_in(struct hoop_device *d, const struct device_job *j,
+static cudaError_t copy_in(struct hoop_device *d, const struct hoop_device_call *j,
                            size_t i, int s) {
   const struct hoop_call *c = &j->call;
   size_t es = c->elem_size, n = hoop__chunk_elems(&j->k, i);
@@ -212,7 +191,7 @@ static cudaError_t copy_in(struct hoop_device *d, const struct device_job *j,
                          cudaMemcpyDeviceToHost, d->d2h);
 }
 
-static cudaError_t copy_out(struct hoop_device *d, const struct device_job *j,
+static cudaError_t copy_out(struct hoop_device *d, const struct hoop_device_call *j,
                             size_t i, int s) {
   const struct hoop_call *c = &j->call;
   size_t es = c->elem_size, n = hoop__chunk_elems(&j->k, i);
@@ -246,7 +225,7 @@ static cudaError_t stream_write(struct hoop_device *d, cudaStream_t s,
  * wait for it.  Counter values are chunk numbers plus one.
  */
 static cudaError_t enqueue_gpu(struct hoop_comm *comm, struct hoop_device *d,
-                               const struct device_job *j,
+                               const struct hoop_device_call *j,
                                cudaStream_t user) {
   int has_send, has_recv;
   hoop__call_buffers(comm, &j->call, &has_send, &has_recv);
@@ -314,192 +293,10 @@ static hoop_result_t wait_flag(struct hoop_comm *comm, struct hoop_device *d,
   }
 }
 
-/* A peer whose process is gone (its pid is free), when pids can tell. */
-static int peer_dead(const struct hoop_comm *comm,
-                     const struct hoop_device *d, int q) {
-  return d->ipc_watch_peers && kill(comm->peers[q].pid, 0) != 0 &&
-         errno == ESRCH;
-}
-
-/* What every rank posts about each IPC call, so that peers can compare. */
-struct call_record {
-  uint32_t label;
-  uint32_t dtype;
-  uint32_t op;  /* 0 where the call reduces nothing */
-  int32_t root; /* -1 where it has none */
-  uint64_t count;
-  uint32_t ps;
-  uint32_t zero;
-};
-
-static int label_reduces(hoop_coll_t l) {
-  return l == HOOP_COLL_ALLREDUCE || l == HOOP_COLL_REDUCE ||
-         l == HOOP_COLL_REDUCE_SCATTER;
-}
-
-static int label_rooted(hoop_coll_t l) {
-  return l == HOOP_COLL_BROADCAST || l == HOOP_COLL_REDUCE;
-}
-
-static struct call_record record_of(const struct device_job *j) {
-  struct call_record r = {
-      .label = (uint32_t)j->label,
-      .dtype = (uint32_t)j->call.dtype,
-      .op = label_reduces(j->label) ? (uint32_t)j->call.op : 0,
-      .root = label_rooted(j->label) ? j->call.root : -1,
-      .count = j->per_rank,
-      .ps = (uint32_t)j->ipc_ps};
-  return r;
-}
-
-/* "hoop_allreduce(float sum, count 1000)" */
-static void describe_record(const struct call_record *r, char *buf,
-                            size_t len) {
-  hoop_coll_t l = (hoop_coll_t)r->label;
-  char root[32] = "";
-  if (label_rooted(l))
-    snprintf(root, sizeof root, ", root %d", (int)r->root);
-  snprintf(buf, len, "%s(%s%s%s, count %llu%s%s)", hoop__collective_name(l),
-           hoop_dtype_name((hoop_dtype_t)r->dtype),
-           label_reduces(l) ? " " : "",
-           label_reduces(l) ? hoop_op_name((hoop_op_t)r->op) : "",
-           (unsigned long long)r->count, root,
-           r->ps ? ", parameter server" : "");
-}
-
-/*
- * The GPU cannot tell that ranks made different calls; the records can.
- * Compares this call with every peer's that has posted the same number.
- */
-static hoop_result_t compare_calls(struct hoop_comm *comm,
-                                   struct hoop_device *d,
-                                   const struct device_job *j) {
-  _Static_assert(sizeof(struct call_record) <= HOOP_IPC_RECORD_BYTES,
-                 "a call record fits a mailbox slot");
-  unsigned char raw[HOOP_IPC_RECORD_BYTES] = {0};
-  struct call_record mine = record_of(j), theirs;
-  for (int q = 0; q < comm->nranks; q++) {
-    if (q == comm->rank || hoop__ipc_read(d->ipc, q, j->ipc_call, raw) != 0)
-      continue;
-    memcpy(&theirs, raw, sizeof theirs);
-    if (memcmp(&theirs, &mine, sizeof mine) == 0)
-      continue;
-    char a[160], b[160], desc[128];
-    describe_record(&mine, a, sizeof a);
-    describe_record(&theirs, b, sizeof b);
-    hoop__peer_desc(comm, q, desc, sizeof desc);
-    return HOOP_ERROR(comm, HOOP_ERR_MISMATCH,
-                      "rank %d: device call %llu differs: this rank called "
-                      "%s, %s called %s",
-                      comm->rank, (unsigned long long)j->ipc_call, a, desc,
-                      b);
-  }
-  return HOOP_SUCCESS;
-}
-
-/*
- * Whether a call whose counter has come through really succeeded.  A rank
- * that fails tells every peer (a failure notice, sent first) and then
- * releases every counter, so this rank's GPU may have run on with garbage:
- * a notice, or a counter released past anything queued here, says so.
- */
-static hoop_result_t ipc_outcome(struct hoop_comm *comm,
-                                 struct hoop_device *d,
-                                 const struct device_job *j, uint32_t now) {
-  HOOP_CHECK(hoop__comm_check_notices(comm, 0));
-  HOOP_CHECK(compare_calls(comm, d, j));
-  uint32_t queued = __atomic_load_n(&d->ipc_queued, __ATOMIC_ACQUIRE);
-  if ((int32_t)(now - queued) < (int32_t)(IPC_RELEASE_JUMP / 2))
-    return HOOP_SUCCESS;
-  HOOP_CHECK(hoop__comm_check_notices(comm, 1000));
-  return HOOP_ERROR(comm, HOOP_ERR_REMOTE,
-                    "rank %d: another rank failed during a call over CUDA "
-                    "IPC and released every GPU's waits", comm->rank);
-}
-
-/*
- * Over CUDA IPC the proxy only watches: the GPU does the work, and this
- * rank's counter says how far it got.  It fails when a peer's process is
- * gone or when the counter stands still for the comm's timeout, naming the
- * peer the GPU waits for (the one furthest behind).
- */
-static hoop_result_t watch_ipc(struct hoop_comm *comm, struct hoop_device *d,
-                               const struct device_job *j) {
-  struct hoop_ipc *ipc = d->ipc;
-  uint32_t last = hoop__ipc_phase(ipc, comm->rank);
-  long long moved = hoop__now_ms(), checked = moved;
-  for (int polls = 0;; polls++) {
-    uint32_t now = hoop__ipc_phase(ipc, comm->rank);
-    if (hoop__counter_reached(now, j->ipc_done))
-      return ipc_outcome(comm, d, j, now);
-    if (__atomic_load_n(&d->poisoned, __ATOMIC_ACQUIRE))
-      return HOOP_ERROR(comm, HOOP_ERR_SYSTEM,
-                        "rank %d: a call's GPU work could not be queued "
-                        "whole, so it cannot finish", comm->rank);
-    if (__atomic_load_n(&comm->aborted, __ATOMIC_ACQUIRE))
-      return HOOP_ERROR(comm, HOOP_ERR_ABORTED,
-                        "rank %d: aborted while the GPU ran a call over "
-                        "CUDA IPC", comm->rank);
-    if ((polls & 255) == 0) {
-      long long t = hoop__now_ms();
-      if (now != last) {
-        last = now;
-        moved = t;
-      }
-      int behind = -1;
-      int32_t lag = 0;
-      for (int q = 0; q < comm->nranks; q++) {
-        int32_t d_q = (int32_t)(hoop__ipc_phase(ipc, q) - now);
-        if (q != comm->rank && d_q < lag) {
-          lag = d_q;
-          behind = q;
-        }
-      }
-      char desc[128] = "no peer: this rank's own GPU work";
-      if (behind >= 0)
-        hoop__peer_desc(comm, behind, desc, sizeof desc);
-      if (t - checked >= 100) {
-        checked = t;
-        HOOP_CHECK(hoop__comm_check_notices(comm, 0));
-        HOOP_CHECK(compare_calls(comm, d, j));
-        if (behind >= 0 && peer_dead(comm, d, behind))
-          return HOOP_ERROR(comm, HOOP_ERR_REMOTE,
-                            "rank %d: %s exited during a call over CUDA "
-                            "IPC (its counter stopped at %u, this rank's "
-                            "at %u)",
-                            comm->rank, desc, hoop__ipc_phase(ipc, behind),
-                            now);
-      }
-      if (t - moved > comm->timeout_ms)
-        return HOOP_ERROR(comm, HOOP_ERR_TIMEOUT,
-                          "rank %d: no progress for %d ms in a call over "
-                          "CUDA IPC, waiting for %s (counter %u, this "
-                          "rank's %u of %u)",
-                          comm->rank, comm->timeout_ms, desc,
-                          behind >= 0 ? hoop__ipc_phase(ipc, behind) : now,
-                          now, j->ipc_done);
-    }
-    if (polls < 2000) {
-      sched_yield();
-    } else {
-      struct timespec nap = {0, 20000};
-      nanosleep(&nap, NULL);
-    }
-  }
-}
-
 static hoop_result_t run_job(struct hoop_comm *comm, struct hoop_device *d,
-                             struct device_job *j) {
-  if (d->ipc != NULL) {
-    HOOP_CHECK(watch_ipc(comm, d, j));
-    hoop_algo_t algo = hoop__ipc_traffic(d->ipc, &j->call, &j->k, j->ipc_ps,
-                                         d->ipc_oneshot_bytes, d->ipc_sent,
-                                         d->ipc_received);
-    hoop__stats_count_peers(comm, j->label, algo,
-                            hoop__now_ns() - j->start_ns, d->ipc_sent,
-                            d->ipc_received);
-    return HOOP_SUCCESS;
-  }
+                             const struct hoop_device_call *j) {
+  if (d->ipc != NULL)
+    return hoop__ipc_path_finish(comm, d->ipc, j, &d->poisoned);
   int has_send, has_recv;
   hoop__call_buffers(comm, &j->call, &has_send, &has_recv);
   for (size_t i = 0; i < j->k.nchunks; i++) {
@@ -539,7 +336,8 @@ static void *proxy_main(void *arg) {
     hoop_result_t prior = d->error;
     pthread_mutex_unlock(&d->lock);
     /* After a failure the ranks are out of step: later calls only fail. */
-    hoop_result_t res = prior != HOOP_SUCCESS ? prior : run_job(comm, d, j);
+    hoop_result_t res =
+        prior != HOOP_SUCCESS ? prior : run_job(comm, d, &j->c);
     if (res != HOOP_SUCCESS && comm->broken == HOOP_SUCCESS)
       hoop__comm_break(comm, res);
     /*
@@ -550,11 +348,10 @@ static void *proxy_main(void *arg) {
      */
     if (d->ipc == NULL)
       __atomic_store_n(&d->flags->reduced,
-                       j->first + (uint32_t)j->k.nchunks, __ATOMIC_RELEASE);
+                       j->c.first + (uint32_t)j->c.k.nchunks,
+                       __ATOMIC_RELEASE);
     else if (res != HOOP_SUCCESS)
-      hoop__ipc_release(d->ipc, __atomic_load_n(&d->ipc_queued,
-                                                __ATOMIC_ACQUIRE) +
-                                    IPC_RELEASE_JUMP);
+      hoop__ipc_path_release(d->ipc);
     pthread_mutex_lock(&d->lock);
     d->head = j->next;
     if (d->head == NULL)
@@ -607,8 +404,6 @@ static void device_release(struct hoop_device *d) {
     cudaFreeHost(d->stage_out[s]);
   }
   cudaFreeHost(d->flags);
-  free(d->ipc_sent);
-  free(d->ipc_received);
   cudaEvent_t events[] = {d->forked, d->joined_d2h, d->joined_h2d};
   for (int i = 0; i < 3; i++) {
     if (events[i] != NULL)
@@ -622,129 +417,6 @@ static void device_release(struct hoop_device *d) {
   pthread_mutex_destroy(&d->enqueue_lock);
   pthread_cond_destroy(&d->cond);
   free(d);
-}
-
-/* One host, and no transport forced: the ranks may reach each other's GPU. */
-static int ipc_possible(const struct hoop_comm *comm) {
-  if (hoop__transport_forced() != NULL)
-    return 0;
-  for (int q = 0; q < comm->nranks; q++) {
-    if (comm->peers[q].host_hash != comm->peers[0].host_hash)
-      return 0;
-  }
-  return 1;
-}
-
-static uint64_t pid_namespace(void) {
-  struct stat st;
-  return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
-}
-
-/* Host collectives on small host buffers, for the set-up. */
-static hoop_result_t host_allgather(struct hoop_comm *comm, const void *mine,
-                                    void *all, size_t bytes) {
-  struct hoop_call c = {.coll = HOOP_COLL_ALLGATHER,
-                        .send = mine,
-                        .recv = all,
-                        .dtype = HOOP_U8,
-                        .op = HOOP_SUM};
-  return hoop__collective_run(comm, &c, bytes, HOOP_COLL_ALLGATHER);
-}
-
-static hoop_result_t host_all_agree(struct hoop_comm *comm, int32_t *ok) {
-  struct hoop_call c = {.coll = HOOP_COLL_ALLREDUCE,
-                        .send = (const char *)ok,
-                        .recv = (char *)ok,
-                        .dtype = HOOP_I32,
-                        .op = HOOP_MIN};
-  return hoop__collective_run(comm, &c, 1, HOOP_COLL_ALLREDUCE);
-}
-
-/*
- * Sets up CUDA IPC when every rank can take part, else leaves d->ipc NULL
- * (calls are then staged) and says why at INFO.  Every rank reaches the
- * same verdict: they exchange what they made and agree on the outcome.
- * Only a failing host collective is an error.
- */
-static hoop_result_t ipc_start(struct hoop_comm *comm, struct hoop_device *d,
-                               int device) {
-  if (!ipc_possible(comm))
-    return HOOP_SUCCESS;
-  int64_t chunk = hoop__param_cuda_ipc_chunk_bytes();
-  int64_t oneshot = hoop__param_cuda_ipc_oneshot_bytes();
-  if (chunk < 4096 || chunk > ((int64_t)1 << 30))
-    return HOOP_ERROR(comm, HOOP_ERR_INVALID_ARGUMENT,
-                      "HOOP_CUDA_IPC_CHUNK_BYTES=%lld is outside 4K..1G",
-                      (long long)chunk);
-  if (oneshot < 0)
-    return HOOP_ERROR(comm, HOOP_ERR_INVALID_ARGUMENT,
-                      "HOOP_CUDA_IPC_ONESHOT_BYTES=%lld is negative",
-                      (long long)oneshot);
-  struct hoop_ipc *ipc = NULL;
-  struct hoop_ipc_export mine;
-  int current = 0;
-  cudaGetDevice(&current);
-  hoop__ipc_create(comm, device, (size_t)chunk, &ipc, &mine);
-  /* The schedules' settings must agree, or ranks would cut calls apart
-   * differently; nothing on the GPU could tell. */
-  struct {
-    struct hoop_ipc_export x;
-    uint64_t pid_ns;
-    int64_t setting[2];
-  } me = {mine, pid_namespace(), {chunk, oneshot}},
-    *all = calloc((size_t)comm->nranks, sizeof me);
-  struct hoop_ipc_export *exports =
-      calloc((size_t)comm->nranks, sizeof *exports);
-  if (all == NULL || exports == NULL)
-    me.x.ok = 0;
-  hoop_result_t res = host_allgather(comm, &me, all, sizeof me);
-  int32_t ok = me.x.ok;
-  int same_pid_ns = 1;
-  for (int q = 0; res == HOOP_SUCCESS && q < comm->nranks; q++) {
-    ok = ok && all[q].x.ok;
-    same_pid_ns = same_pid_ns && all[q].pid_ns == me.pid_ns;
-    exports[q] = all[q].x;
-  }
-  static const char *const setting_name[2] = {"HOOP_CUDA_IPC_CHUNK_BYTES",
-                                               "HOOP_CUDA_IPC_ONESHOT_BYTES"};
-  for (int q = 0; res == HOOP_SUCCESS && q < comm->nranks; q++) {
-    for (int i = 0; i < 2 && res == HOOP_SUCCESS; i++) {
-      if (all[q].setting[i] != all[0].setting[i])
-        res = HOOP_ERROR(comm, HOOP_ERR_MISMATCH,
-                         "%s is %lld on rank %d but %lld on rank 0; every "
-                         "rank must use the same",
-                         setting_name[i], (long long)all[q].setting[i], q,
-                         (long long)all[0].setting[i]);
-    }
-  }
-  if (res == HOOP_SUCCESS && ok && hoop__ipc_attach(ipc, exports) != 0)
-    ok = 0;
-  d->ipc_sent = calloc((size_t)comm->nranks, sizeof *d->ipc_sent);
-  d->ipc_received = calloc((size_t)comm->nranks, sizeof *d->ipc_received);
-  if (d->ipc_sent == NULL || d->ipc_received == NULL)
-    ok = 0;
-  if (res == HOOP_SUCCESS)
-    res = host_all_agree(comm, &ok);
-  if (res == HOOP_SUCCESS && ok) {
-    hoop__ipc_unlink(ipc);
-    d->ipc = ipc;
-    d->ipc_watch_peers = same_pid_ns;
-    d->ipc_oneshot_bytes = (size_t)oneshot;
-    HOOP_INFO("rank %d: device buffers move over CUDA IPC (%lld-byte "
-              "chunks)", comm->rank, (long long)chunk);
-  } else {
-    if (res == HOOP_SUCCESS && !ok)
-      HOOP_INFO("rank %d: no CUDA IPC, device buffers are staged through "
-                "host memory: %s", comm->rank,
-                ipc == NULL ? "out of memory"
-                : ipc->why[0] != '\0' ? ipc->why
-                                       : "another rank could not set it up");
-    hoop__ipc_destroy(ipc);
-  }
-  cudaSetDevice(current);
-  free(all);
-  free(exports);
-  return res;
 }
 
 static hoop_result_t device_start(struct hoop_comm *comm, int device,
@@ -778,7 +450,7 @@ static hoop_result_t device_start(struct hoop_comm *comm, int device,
     return cuda_error(comm, e, "setting up device staging");
   }
   comm->device = d;
-  hoop_result_t res = ipc_start(comm, d, device);
+  hoop_result_t res = hoop__ipc_path_open(comm, device, &d->ipc);
   if (res != HOOP_SUCCESS) {
     comm->device = NULL;
     device_release(d);
@@ -832,34 +504,26 @@ hoop_result_t hoop__device_enqueue(struct hoop_comm *comm,
   struct device_job *j = calloc(1, sizeof *j);
   if (j == NULL)
     return HOOP_ERROR(comm, HOOP_ERR_NO_MEMORY, "%s: queueing", what);
-  j->call = *c;
-  j->per_rank = per_rank;
-  j->label = label;
-  j->ipc_ps = label == HOOP_COLL_ALLREDUCE && comm->algo == HOOP_ALGO_PS;
-  j->start_ns = hoop__now_ns();
-  j->k = hoop__chunking(comm, c, per_rank,
-                        d->ipc != NULL ? d->ipc->chunk_bytes : d->chunk_bytes);
+  struct hoop_device_call *dc = &j->c;
+  dc->call = *c;
+  dc->per_rank = per_rank;
+  dc->label = label;
+  dc->k = hoop__chunking(comm, c, per_rank,
+                         d->ipc != NULL ? hoop__ipc_path_chunk_bytes(d->ipc)
+                                        : d->chunk_bytes);
   pthread_mutex_lock(&d->enqueue_lock);
   if (d->ipc != NULL) {
-    j->first = d->ipc_chunks;
-    d->ipc_chunks += (uint32_t)j->k.nchunks;
-    j->ipc_done = HOOP_IPC_PHASES * d->ipc_chunks;
-    j->ipc_call = ++d->ipc_calls;
-    __atomic_store_n(&d->ipc_queued, j->ipc_done, __ATOMIC_RELEASE);
-    struct call_record rec = record_of(j);
-    unsigned char raw[HOOP_IPC_RECORD_BYTES] = {0};
-    memcpy(raw, &rec, sizeof rec);
-    hoop__ipc_post(d->ipc, j->ipc_call, raw);
+    hoop__ipc_path_number(comm, d->ipc, dc);
   } else {
-    j->first = d->next_chunk;
-    d->next_chunk += (uint32_t)j->k.nchunks;
+    dc->first = d->next_chunk;
+    d->next_chunk += (uint32_t)dc->k.nchunks;
   }
   /*
    * The proxy gets the job first, so that it works through the chunks
    * while the rest are queued; it may finish and free the job meanwhile,
    * hence the copy.
    */
-  struct device_job mine = *j;
+  struct hoop_device_call mine = *dc;
   pthread_mutex_lock(&d->lock);
   if (d->tail != NULL)
     d->tail->next = j;
@@ -871,9 +535,7 @@ hoop_result_t hoop__device_enqueue(struct hoop_comm *comm,
   pthread_mutex_unlock(&d->lock);
   cudaError_t e =
       d->ipc != NULL
-          ? hoop__ipc_enqueue(d->ipc, &mine.call, per_rank, &mine.k,
-                              mine.first, mine.ipc_ps,
-                              d->ipc_oneshot_bytes, (cudaStream_t)stream)
+          ? hoop__ipc_path_enqueue(d->ipc, &mine, (cudaStream_t)stream)
           : enqueue_gpu(comm, d, &mine, (cudaStream_t)stream);
   pthread_mutex_unlock(&d->enqueue_lock);
   if (e != cudaSuccess) {
@@ -909,28 +571,6 @@ hoop_result_t hoop__device_async_error(struct hoop_comm *comm) {
   return queue_error(comm, 0);
 }
 
-/*
- * The peers may still be copying out of this rank's window after its own
- * GPU is done: wait until each is done too, has exited, or the comm's
- * timeout passes, before the window is freed.  After a failure there is
- * nothing to wait for.
- */
-static void ipc_quiesce(struct hoop_comm *comm, struct hoop_device *d) {
-  if (comm->broken != HOOP_SUCCESS)
-    return; /* the counters were released; results are garbage anyway */
-  uint32_t done = __atomic_load_n(&d->ipc_queued, __ATOMIC_ACQUIRE);
-  long long deadline = hoop__now_ms() + comm->timeout_ms;
-  for (int q = 0; q < comm->nranks; q++) {
-    while (q != comm->rank &&
-           !hoop__counter_reached(hoop__ipc_phase(d->ipc, q), done) &&
-           !peer_dead(comm, d, q) && hoop__now_ms() < deadline &&
-           !__atomic_load_n(&comm->aborted, __ATOMIC_ACQUIRE)) {
-      struct timespec nap = {0, 100000};
-      nanosleep(&nap, NULL);
-    }
-  }
-}
-
 const char *hoop__device_path(const struct hoop_comm *comm) {
   const struct hoop_device *d = comm->device;
   return d == NULL ? "none" : d->ipc != NULL ? "cuda_ipc" : "staged";
@@ -945,10 +585,7 @@ void hoop__device_free(struct hoop_comm *comm) {
   pthread_cond_broadcast(&d->cond);
   pthread_mutex_unlock(&d->lock);
   pthread_join(d->thread, NULL);
-  if (d->ipc != NULL) {
-    ipc_quiesce(comm, d);
-    hoop__ipc_destroy(d->ipc);
-  }
+  hoop__ipc_path_close(comm, d->ipc);
   device_release(d);
   comm->device = NULL;
 }

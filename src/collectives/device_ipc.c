@@ -1,282 +1,440 @@
 /*
- * Collectives on device buffers over CUDA IPC (device_cuda.h): schedules of
- * copies and reduction kernels that read the peers' windows directly.
+ * The CUDA IPC path for calls on device buffers (device_cuda.h): set-up,
+ * numbering and queueing calls, and the proxy's watch over them.
  *
- * Chunk s of the communicator's life uses half s % 2 of every window and
- * moves this rank's counter through three phases, 3s+1 (its input is in its
- * window), 3s+2 (its share of the reduction is there) and 3s+3 (it has read
- * what it needs from the peers).  Before a rank overwrites a half it waits
- * for every peer to be done with chunk s-2, which used it last.
- *
- * All-reduce: every rank copies its chunk into its window; rank r reduces
- * slice r of every window (all ranks' slices in rank order, so every rank
- * ends with the same bits) into its result and back into its window, then
- * copies the other slices from their owners' windows.  Each rank reads
- * 2(N-1)/N of the chunk from its peers, as a ring moves.  Where waiting for
- * the peers costs more than reading (small chunks, few ranks), every rank
- * reduces the whole chunk instead (one-shot).  With the parameter server,
- * rank 0 reduces the whole chunk and the others copy it.
- * Reduce-scatter stops after the reduction; all-gather, broadcast and
- * all-to-all only copy; reduce is rank `root` reducing every window.
+ * The caller's thread queues each call's GPU work (ipc_schedule.c) and
+ * returns; the GPU alone moves the data.  The proxy thread then only
+ * watches: it waits until this rank's counter shows the call done, checks
+ * that every rank made the same call (each posts a record of it, which the
+ * GPU cannot compare), and counts the traffic.  It fails the call when a
+ * record differs, when the peer the GPU waits for has exited, when a
+ * failure notice arrives, or when the counter stands still for the comm's
+ * timeout.  A failure breaks the communicator, and every counter is then
+ * released (set far past anything queued) so that no GPU waits for ever.
  */
-#include <stddef.h>
-#include <stdint.h>
+#include <errno.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 
+#include "collectives/collectives.h"
 #include "collectives/device_cuda.h"
-#include "reduce/reduce_cuda.h"
+#include "core/comm.h"
+#include "core/cuda_sync.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "core/param.h"
 #include "transport/cuda_ipc.h"
+#include "transport/transport.h"
 
-static uint32_t phase(uint32_t chunk, int k) {
-  return HOOP_IPC_PHASES * chunk + (uint32_t)k;
-}
+/* How far past anything queued a failure sets the counters. */
+#define RELEASE_JUMP (1u << 30)
 
-enum { STAGED = 1, REDUCED = 2, DONE = 3 };
-
-/*
- * Slice q of n elements split over nranks: whole 64-byte granules, so that
- * every slice starts as aligned as the chunk does and the kernels keep
- * their 16-byte loads.
- */
-static void slice_of(size_t n, size_t esz, int nranks, int q, size_t *lo,
-                     size_t *len) {
-  size_t unit = 64 / esz;
-  size_t granules = (n + unit - 1) / unit;
-  size_t per = (granules + (size_t)nranks - 1) / (size_t)nranks * unit;
-  *lo = (size_t)q * per < n ? (size_t)q * per : n;
-  *len = n - *lo < per ? n - *lo : per;
-}
-
-struct chunk {
-  const struct hoop_call *c;
+struct hoop_ipc_path {
   struct hoop_ipc *ipc;
-  cudaStream_t s;
-  size_t per_rank; /* elements per block (blocked collectives) */
-  size_t first;    /* element offset of the chunk in the buffer or block */
-  size_t n;        /* elements per row */
-  size_t rows;
-  size_t half;     /* byte offset of this chunk's half in every window */
+  size_t oneshot_bytes; /* HOOP_CUDA_IPC_ONESHOT_BYTES */
+  int watch_pids;       /* peers' pids mean something here (same pid ns) */
+  /* The calling thread's, under the device queue's enqueue lock: */
+  uint32_t chunks; /* queued over the comm's life */
+  uint64_t calls;
+  uint32_t queued; /* this rank's counter when all are done (atomic) */
+  /* The proxy's, for counting: */
+  uint64_t *sent, *received; /* [nranks] */
 };
 
-static char *window(const struct chunk *k, int q) {
-  return k->ipc->scratch[q] + k->half;
-}
+/* ---- Set-up -------------------------------------------------------------- */
 
-static cudaError_t copy(const struct chunk *k, void *dst, const void *src,
-                        size_t elems) {
-  if (elems == 0 || dst == src)
-    return cudaSuccess;
-  return cudaMemcpyAsync(dst, src, elems * k->c->elem_size,
-                         cudaMemcpyDeviceToDevice, k->s);
-}
-
-/*
- * This rank's input chunk into its window: one row per block for the
- * collectives that send a block to each rank, else one row.
- */
-static cudaError_t stage(const struct chunk *k) {
-  size_t es = k->c->elem_size;
-  const char *src = k->c->send + k->first * es;
-  if (k->n == 0)
-    return cudaSuccess;
-  if (k->c->coll == HOOP_COLL_REDUCE_SCATTER ||
-      k->c->coll == HOOP_COLL_ALLTOALL)
-    return cudaMemcpy2DAsync(window(k, k->ipc->rank), k->n * es, src,
-                             k->per_rank * es, k->n * es, k->rows,
-                             cudaMemcpyDeviceToDevice, k->s);
-  return copy(k, window(k, k->ipc->rank), src, k->n);
-}
-
-static cudaError_t reduce_rows(const struct chunk *k, void *dst, void *keep,
-                               size_t at, size_t elems) {
-  const void *src[HOOP_IPC_MAX_RANKS];
-  for (int q = 0; q < k->ipc->nranks; q++)
-    src[q] = window(k, q) + at * k->c->elem_size;
-  return (cudaError_t)hoop__cuda_reduce_many(
-      dst, keep, src, k->ipc->nranks, elems, k->c->dtype, k->c->op, k->s);
-}
-
-/*
- * One-shot reads N windows whole on every rank instead of N slices, (N-2)N
- * chunks more memory traffic in all (none with 2 ranks), but it skips a
- * wait for every peer, and on a GPU that time-slices the ranks' processes
- * such a wait costs a round of context switches: measured on an H100,
- * about 0.2 ms with 2 ranks and 2 ms with 8 (bench/results).
- */
-static int oneshot_pays(const struct chunk *k, size_t oneshot_bytes) {
-  size_t n = (size_t)k->ipc->nranks;
-  return (n - 2) * n * k->n * k->c->elem_size <= oneshot_bytes;
-}
-
-static cudaError_t allreduce(const struct chunk *k, uint32_t s, int ps,
-                             size_t oneshot_bytes) {
-  struct hoop_ipc *ipc = k->ipc;
-  size_t es = k->c->elem_size;
-  char *out = k->c->recv + k->first * es;
-  int me = ipc->rank;
-  cudaError_t e = cudaSuccess;
-  if (!ps && oneshot_pays(k, oneshot_bytes))
-    return reduce_rows(k, out, NULL, 0, k->n);
-  if (ps) {
-    if (me == 0)
-      e = reduce_rows(k, out, window(k, 0), 0, k->n);
-    if (e == cudaSuccess)
-      e = hoop__ipc_signal(ipc, k->s, phase(s, REDUCED));
-    if (e == cudaSuccess && me != 0)
-      e = hoop__ipc_wait(ipc, k->s, 0, phase(s, REDUCED));
-    if (e == cudaSuccess && me != 0)
-      e = copy(k, out, window(k, 0), k->n);
-    return e;
+/* One host, and no transport forced: the ranks may reach each other's GPU. */
+static int ipc_possible(const struct hoop_comm *comm) {
+  if (hoop__transport_forced() != NULL)
+    return 0;
+  for (int q = 0; q < comm->nranks; q++) {
+    if (comm->peers[q].host_hash != comm->peers[0].host_hash)
+      return 0;
   }
-  size_t lo, len;
-  slice_of(k->n, es, ipc->nranks, me, &lo, &len);
-  if (len > 0)
-    e = reduce_rows(k, out + lo * es, window(k, me) + lo * es, lo, len);
-  if (e == cudaSuccess)
-    e = hoop__ipc_signal(ipc, k->s, phase(s, REDUCED));
-  if (e == cudaSuccess)
-    e = hoop__ipc_wait(ipc, k->s, -1, phase(s, REDUCED));
-  for (int q = 0; q < ipc->nranks && e == cudaSuccess; q++) {
-    slice_of(k->n, es, ipc->nranks, q, &lo, &len);
-    if (q != me)
-      e = copy(k, out + lo * es, window(k, q) + lo * es, len);
-  }
-  return e;
+  return 1;
 }
 
-/* Row `row` of every window into this rank's blocks (all-gather: row 0). */
-static cudaError_t gather_rows(const struct chunk *k, int row) {
-  size_t es = k->c->elem_size;
-  cudaError_t e = cudaSuccess;
-  for (int q = 0; q < k->ipc->nranks && e == cudaSuccess; q++) {
-    char *dst = k->c->recv + ((size_t)q * k->per_rank + k->first) * es;
-    const char *src = window(k, q) + (size_t)row * k->n * es;
-    if (q == k->ipc->rank)
-      src = k->c->send + ((size_t)row * k->per_rank + k->first) * es;
-    e = copy(k, dst, src, k->n);
-  }
-  return e;
+static uint64_t pid_namespace(void) {
+  struct stat st;
+  return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
 }
 
-static cudaError_t run_chunk(const struct chunk *k, uint32_t s, int ps,
-                             size_t oneshot_bytes) {
-  const struct hoop_call *c = k->c;
-  struct hoop_ipc *ipc = k->ipc;
-  int me = ipc->rank;
-  int stages = c->coll != HOOP_COLL_BROADCAST || me == c->root;
-  /* Peers may still read this half for chunk s - 2. */
-  cudaError_t e = hoop__ipc_wait(ipc, k->s, -1, phase(s - 2, DONE));
-  if (e == cudaSuccess && stages)
-    e = stage(k);
-  if (e == cudaSuccess)
-    e = hoop__ipc_signal(ipc, k->s, phase(s, STAGED));
-  if (e == cudaSuccess)
-    e = hoop__ipc_wait(ipc, k->s,
-                       c->coll == HOOP_COLL_BROADCAST ? c->root : -1,
-                       phase(s, STAGED));
-  if (e != cudaSuccess)
-    return e;
-  size_t es = c->elem_size;
-  switch (c->coll) {
-  case HOOP_COLL_ALLREDUCE:
-    e = allreduce(k, s, ps, oneshot_bytes);
-    break;
-  case HOOP_COLL_REDUCE_SCATTER:
-    e = reduce_rows(k, c->recv + k->first * es, NULL, (size_t)me * k->n,
-                    k->n);
-    break;
-  case HOOP_COLL_REDUCE:
-    if (me == c->root)
-      e = reduce_rows(k, c->recv + k->first * es, NULL, 0, k->n);
-    break;
-  case HOOP_COLL_BROADCAST:
-    e = copy(k, c->recv + k->first * es,
-             me == c->root ? c->send + k->first * es : window(k, c->root),
-             k->n);
-    break;
-  case HOOP_COLL_ALLGATHER:
-    e = gather_rows(k, 0);
-    break;
-  case HOOP_COLL_ALLTOALL:
-    e = gather_rows(k, me);
-    break;
-  default:
-    e = cudaErrorInvalidValue;
-    break;
-  }
-  if (e == cudaSuccess)
-    e = hoop__ipc_signal(ipc, k->s, phase(s, DONE));
-  return e;
+/* Host collectives on small host buffers, for the set-up. */
+static hoop_result_t host_allgather(struct hoop_comm *comm, const void *mine,
+                                    void *all, size_t bytes) {
+  struct hoop_call c = {.coll = HOOP_COLL_ALLGATHER,
+                        .send = mine,
+                        .recv = all,
+                        .dtype = HOOP_U8,
+                        .op = HOOP_SUM};
+  return hoop__collective_run(comm, &c, bytes, HOOP_COLL_ALLGATHER);
 }
 
-cudaError_t hoop__ipc_enqueue(struct hoop_ipc *ipc,
-                              const struct hoop_call *c, size_t per_rank,
-                              const struct hoop_chunking *k, uint32_t first,
-                              int ps, size_t oneshot_bytes, cudaStream_t s) {
-  cudaError_t e = cudaSuccess;
-  for (size_t i = 0; i < k->nchunks && e == cudaSuccess; i++) {
-    uint32_t chunk = first + (uint32_t)i;
-    struct chunk ck = {.c = c,
-                       .ipc = ipc,
-                       .s = s,
-                       .per_rank = per_rank,
-                       .first = i * k->per,
-                       .n = hoop__chunk_elems(k, i),
-                       .rows = k->rows,
-                       .half = (chunk % 2) * ipc->chunk_bytes};
-    e = run_chunk(&ck, chunk, ps, oneshot_bytes);
-  }
-  return e;
+static hoop_result_t host_all_agree(struct hoop_comm *comm, int32_t *ok) {
+  struct hoop_call c = {.coll = HOOP_COLL_ALLREDUCE,
+                        .send = (const char *)ok,
+                        .recv = (char *)ok,
+                        .dtype = HOOP_I32,
+                        .op = HOOP_MIN};
+  return hoop__collective_run(comm, &c, 1, HOOP_COLL_ALLREDUCE);
 }
 
-hoop_algo_t hoop__ipc_traffic(const struct hoop_ipc *ipc,
-                              const struct hoop_call *c,
-                              const struct hoop_chunking *k, int ps,
-                              size_t oneshot_bytes, uint64_t *sent,
-                              uint64_t *received) {
-  int me = ipc->rank, nr = ipc->nranks;
-  size_t es = c->elem_size;
-  hoop_algo_t algo = c->coll == HOOP_COLL_ALLTOALL ? HOOP_ALGO_P2P
-                     : ps && c->coll == HOOP_COLL_ALLREDUCE ? HOOP_ALGO_PS
-                                                            : HOOP_ALGO_RING;
-  for (int q = 0; q < nr; q++)
-    sent[q] = received[q] = 0;
-  for (size_t i = 0; i < k->nchunks; i++) {
-    size_t n = hoop__chunk_elems(k, i), lo, mine, theirs;
-    struct chunk ck = {.c = c, .ipc = (struct hoop_ipc *)ipc, .n = n};
-    int oneshot = c->coll == HOOP_COLL_ALLREDUCE && !ps &&
-                  oneshot_pays(&ck, oneshot_bytes);
-    if (oneshot)
-      algo = HOOP_ALGO_ONESHOT;
-    slice_of(n, es, nr, me, &lo, &mine);
-    for (int q = 0; q < nr; q++) {
-      if (q == me)
-        continue;
-      /* What this rank reads from q, and what q reads from this rank. */
-      size_t from_q = n, to_q = n;
-      slice_of(n, es, nr, q, &lo, &theirs);
-      switch (c->coll) {
-      case HOOP_COLL_ALLREDUCE:
-        if (ps) {
-          from_q = me == 0 ? n : q == 0 ? n : 0;
-          to_q = me == 0 || q == 0 ? n : 0;
-        } else if (!oneshot) {
-          from_q = to_q = mine + theirs;
-        }
-        break;
-      case HOOP_COLL_BROADCAST:
-        from_q = q == c->root ? n : 0;
-        to_q = me == c->root ? n : 0;
-        break;
-      case HOOP_COLL_REDUCE:
-        from_q = me == c->root ? n : 0;
-        to_q = q == c->root ? n : 0;
-        break;
-      default: /* reduce-scatter, all-gather, all-to-all: a row each way */
-        break;
-      }
-      received[q] += from_q * es;
-      sent[q] += to_q * es;
+static void path_free(struct hoop_ipc_path *p) {
+  if (p == NULL)
+    return;
+  hoop__ipc_destroy(p->ipc);
+  free(p->sent);
+  free(p->received);
+  free(p);
+}
+
+/* What each rank publishes at set-up. */
+struct offer {
+  struct hoop_ipc_export x;
+  uint64_t pid_ns;
+  /* The schedules' settings must agree, or ranks would cut calls apart
+   * differently; nothing on the GPU could tell. */
+  int64_t setting[2];
+};
+
+static const char *const setting_name[2] = {"HOOP_CUDA_IPC_CHUNK_BYTES",
+                                            "HOOP_CUDA_IPC_ONESHOT_BYTES"};
+
+static hoop_result_t settings_agree(struct hoop_comm *comm,
+                                    const struct offer *all) {
+  for (int q = 0; q < comm->nranks; q++) {
+    for (int i = 0; i < 2; i++) {
+      if (all[q].setting[i] != all[0].setting[i])
+        return HOOP_ERROR(comm, HOOP_ERR_MISMATCH,
+                          "%s is %lld on rank %d but %lld on rank 0; every "
+                          "rank must use the same",
+                          setting_name[i], (long long)all[q].setting[i], q,
+                          (long long)all[0].setting[i]);
     }
   }
-  return algo;
+  return HOOP_SUCCESS;
+}
+
+hoop_result_t hoop__ipc_path_open(struct hoop_comm *comm, int device,
+                                  struct hoop_ipc_path **path) {
+  *path = NULL;
+  if (!ipc_possible(comm))
+    return HOOP_SUCCESS;
+  int64_t chunk = hoop__param_cuda_ipc_chunk_bytes();
+  int64_t oneshot = hoop__param_cuda_ipc_oneshot_bytes();
+  if (chunk < 4096 || chunk > ((int64_t)1 << 30))
+    return HOOP_ERROR(comm, HOOP_ERR_INVALID_ARGUMENT,
+                      "HOOP_CUDA_IPC_CHUNK_BYTES=%lld is outside 4K..1G",
+                      (long long)chunk);
+  if (oneshot < 0)
+    return HOOP_ERROR(comm, HOOP_ERR_INVALID_ARGUMENT,
+                      "HOOP_CUDA_IPC_ONESHOT_BYTES=%lld is negative",
+                      (long long)oneshot);
+  int current = 0;
+  cudaGetDevice(&current);
+  struct hoop_ipc_path *p = calloc(1, sizeof *p);
+  struct offer me = {.pid_ns = pid_namespace(), .setting = {chunk, oneshot}};
+  struct offer *all = calloc((size_t)comm->nranks, sizeof *all);
+  struct hoop_ipc_export *exports =
+      calloc((size_t)comm->nranks, sizeof *exports);
+  if (p != NULL) {
+    hoop__ipc_create(comm, device, (size_t)chunk, &p->ipc, &me.x);
+    p->sent = calloc((size_t)comm->nranks, sizeof *p->sent);
+    p->received = calloc((size_t)comm->nranks, sizeof *p->received);
+  }
+  /* Out of host memory, this rank still takes part, saying no. */
+  if (p == NULL || p->ipc == NULL || p->sent == NULL ||
+      p->received == NULL || all == NULL || exports == NULL)
+    me.x.ok = 0;
+  hoop_result_t res = all != NULL
+                          ? host_allgather(comm, &me, all, sizeof me)
+                          : HOOP_ERROR(comm, HOOP_ERR_NO_MEMORY,
+                                       "CUDA IPC set-up");
+  int32_t ok = me.x.ok;
+  int same_pid_ns = 1;
+  if (res == HOOP_SUCCESS)
+    res = settings_agree(comm, all);
+  for (int q = 0; res == HOOP_SUCCESS && q < comm->nranks; q++) {
+    ok = ok && all[q].x.ok;
+    same_pid_ns = same_pid_ns && all[q].pid_ns == me.pid_ns;
+    exports[q] = all[q].x;
+  }
+  if (res == HOOP_SUCCESS && ok && hoop__ipc_attach(p->ipc, exports) != 0)
+    ok = 0;
+  if (res == HOOP_SUCCESS)
+    res = host_all_agree(comm, &ok);
+  if (res == HOOP_SUCCESS && ok) {
+    hoop__ipc_unlink(p->ipc);
+    p->oneshot_bytes = (size_t)oneshot;
+    p->watch_pids = same_pid_ns;
+    *path = p;
+    HOOP_INFO("rank %d: device buffers move over CUDA IPC (%lld-byte "
+              "chunks)", comm->rank, (long long)chunk);
+  } else {
+    if (res == HOOP_SUCCESS)
+      HOOP_INFO("rank %d: no CUDA IPC, device buffers are staged through "
+                "host memory: %s", comm->rank,
+                p != NULL && p->ipc != NULL && p->ipc->why[0] != '\0'
+                    ? p->ipc->why
+                : me.x.ok ? "another rank could not set it up"
+                          : "out of host memory");
+    path_free(p);
+  }
+  cudaSetDevice(current);
+  free(all);
+  free(exports);
+  return res;
+}
+
+size_t hoop__ipc_path_chunk_bytes(const struct hoop_ipc_path *p) {
+  return p->ipc->chunk_bytes;
+}
+
+/* ---- Call records -------------------------------------------------------- */
+
+/* What every rank posts about each call, so that peers can compare. */
+struct call_record {
+  uint32_t label;
+  uint32_t dtype;
+  uint32_t op;  /* 0 where the call reduces nothing */
+  int32_t root; /* -1 where it has none */
+  uint64_t count;
+  uint32_t ps;
+  uint32_t pad; /* zero: records are compared bytewise */
+};
+
+static int label_reduces(hoop_coll_t l) {
+  return l == HOOP_COLL_ALLREDUCE || l == HOOP_COLL_REDUCE ||
+         l == HOOP_COLL_REDUCE_SCATTER;
+}
+
+static int label_rooted(hoop_coll_t l) {
+  return l == HOOP_COLL_BROADCAST || l == HOOP_COLL_REDUCE;
+}
+
+static struct call_record record_of(const struct hoop_device_call *c) {
+  struct call_record r = {
+      .label = (uint32_t)c->label,
+      .dtype = (uint32_t)c->call.dtype,
+      .op = label_reduces(c->label) ? (uint32_t)c->call.op : 0,
+      .root = label_rooted(c->label) ? c->call.root : -1,
+      .count = c->per_rank,
+      .ps = (uint32_t)c->ipc_ps};
+  return r;
+}
+
+/* "hoop_allreduce(float sum, count 1000)" */
+static void describe_record(const struct call_record *r, char *buf,
+                            size_t len) {
+  hoop_coll_t l = (hoop_coll_t)r->label;
+  char root[32] = "";
+  if (label_rooted(l))
+    snprintf(root, sizeof root, ", root %d", (int)r->root);
+  snprintf(buf, len, "%s(%s%s%s, count %llu%s%s)", hoop__collective_name(l),
+           hoop_dtype_name((hoop_dtype_t)r->dtype),
+           label_reduces(l) ? " " : "",
+           label_reduces(l) ? hoop_op_name((hoop_op_t)r->op) : "",
+           (unsigned long long)r->count, root,
+           r->ps ? ", parameter server" : "");
+}
+
+/* Compares this call with every peer's that has posted the same number. */
+static hoop_result_t compare_calls(struct hoop_comm *comm,
+                                   const struct hoop_ipc_path *p,
+                                   const struct hoop_device_call *c) {
+  _Static_assert(sizeof(struct call_record) <= HOOP_IPC_RECORD_BYTES,
+                 "a call record fits a mailbox slot");
+  unsigned char raw[HOOP_IPC_RECORD_BYTES] = {0};
+  struct call_record mine = record_of(c), theirs;
+  for (int q = 0; q < comm->nranks; q++) {
+    if (q == comm->rank || hoop__ipc_read(p->ipc, q, c->ipc_call, raw) != 0)
+      continue;
+    memcpy(&theirs, raw, sizeof theirs);
+    if (memcmp(&theirs, &mine, sizeof mine) == 0)
+      continue;
+    char a[160], b[160], desc[128];
+    describe_record(&mine, a, sizeof a);
+    describe_record(&theirs, b, sizeof b);
+    hoop__peer_desc(comm, q, desc, sizeof desc);
+    return HOOP_ERROR(comm, HOOP_ERR_MISMATCH,
+                      "rank %d: device call %llu differs: this rank called "
+                      "%s, %s called %s",
+                      comm->rank, (unsigned long long)c->ipc_call, a, desc,
+                      b);
+  }
+  return HOOP_SUCCESS;
+}
+
+/* ---- Queueing ------------------------------------------------------------ */
+
+void hoop__ipc_path_number(const struct hoop_comm *comm,
+                           struct hoop_ipc_path *p,
+                           struct hoop_device_call *c) {
+  c->ipc_ps = c->label == HOOP_COLL_ALLREDUCE && comm->algo == HOOP_ALGO_PS;
+  c->start_ns = hoop__now_ns();
+  c->first = p->chunks;
+  p->chunks += (uint32_t)c->k.nchunks;
+  c->ipc_done = HOOP_IPC_PHASES * p->chunks;
+  c->ipc_call = ++p->calls;
+  __atomic_store_n(&p->queued, c->ipc_done, __ATOMIC_RELEASE);
+  struct call_record rec = record_of(c);
+  unsigned char raw[HOOP_IPC_RECORD_BYTES] = {0};
+  memcpy(raw, &rec, sizeof rec);
+  hoop__ipc_post(p->ipc, c->ipc_call, raw);
+}
+
+cudaError_t hoop__ipc_path_enqueue(struct hoop_ipc_path *p,
+                                   const struct hoop_device_call *c,
+                                   cudaStream_t s) {
+  return hoop__ipc_schedule(p->ipc, &c->call, c->per_rank, &c->k, c->first,
+                            c->ipc_ps, p->oneshot_bytes, s);
+}
+
+/* ---- Watching ------------------------------------------------------------ */
+
+/* A peer whose process is gone (its pid is free), when pids can tell. */
+static int peer_dead(const struct hoop_comm *comm,
+                     const struct hoop_ipc_path *p, int q) {
+  return p->watch_pids && kill(comm->peers[q].pid, 0) != 0 && errno == ESRCH;
+}
+
+/*
+ * Whether a call whose counter has come through really succeeded.  A rank
+ * that fails tells every peer (a failure notice, sent first) and then
+ * releases every counter, so this rank's GPU may have run on with garbage:
+ * a notice, or a counter released past anything queued here, says so.
+ */
+static hoop_result_t outcome(struct hoop_comm *comm,
+                             const struct hoop_ipc_path *p,
+                             const struct hoop_device_call *c, uint32_t now) {
+  HOOP_CHECK(hoop__comm_check_notices(comm, 0));
+  HOOP_CHECK(compare_calls(comm, p, c));
+  uint32_t queued = __atomic_load_n(&p->queued, __ATOMIC_ACQUIRE);
+  if ((int32_t)(now - queued) < (int32_t)(RELEASE_JUMP / 2))
+    return HOOP_SUCCESS;
+  HOOP_CHECK(hoop__comm_check_notices(comm, 1000));
+  return HOOP_ERROR(comm, HOOP_ERR_REMOTE,
+                    "rank %d: another rank failed during a call over CUDA "
+                    "IPC and released every GPU's waits", comm->rank);
+}
+
+/* The peer furthest behind this rank's counter `now`, or -1. */
+static int furthest_behind(const struct hoop_comm *comm,
+                           const struct hoop_ipc_path *p, uint32_t now) {
+  int behind = -1;
+  int32_t lag = 0;
+  for (int q = 0; q < comm->nranks; q++) {
+    int32_t d = (int32_t)(hoop__ipc_phase(p->ipc, q) - now);
+    if (q != comm->rank && d < lag) {
+      lag = d;
+      behind = q;
+    }
+  }
+  return behind;
+}
+
+static hoop_result_t watch(struct hoop_comm *comm,
+                           const struct hoop_ipc_path *p,
+                           const struct hoop_device_call *c,
+                           const int *poisoned) {
+  uint32_t last = hoop__ipc_phase(p->ipc, comm->rank);
+  long long moved = hoop__now_ms(), checked = moved;
+  for (int polls = 0;; polls++) {
+    uint32_t now = hoop__ipc_phase(p->ipc, comm->rank);
+    if (hoop__counter_reached(now, c->ipc_done))
+      return outcome(comm, p, c, now);
+    if (__atomic_load_n(poisoned, __ATOMIC_ACQUIRE))
+      return HOOP_ERROR(comm, HOOP_ERR_SYSTEM,
+                        "rank %d: a call's GPU work could not be queued "
+                        "whole, so it cannot finish", comm->rank);
+    if (__atomic_load_n(&comm->aborted, __ATOMIC_ACQUIRE))
+      return HOOP_ERROR(comm, HOOP_ERR_ABORTED,
+                        "rank %d: aborted while the GPU ran a call over "
+                        "CUDA IPC", comm->rank);
+    if ((polls & 255) == 0) {
+      long long t = hoop__now_ms();
+      if (now != last) {
+        last = now;
+        moved = t;
+      }
+      int behind = furthest_behind(comm, p, now);
+      char desc[128] = "no peer: this rank's own GPU work";
+      if (behind >= 0)
+        hoop__peer_desc(comm, behind, desc, sizeof desc);
+      if (t - checked >= 100) {
+        checked = t;
+        HOOP_CHECK(hoop__comm_check_notices(comm, 0));
+        HOOP_CHECK(compare_calls(comm, p, c));
+        if (behind >= 0 && peer_dead(comm, p, behind))
+          return HOOP_ERROR(comm, HOOP_ERR_REMOTE,
+                            "rank %d: %s exited during a call over CUDA "
+                            "IPC (its counter stopped at %u, this rank's "
+                            "at %u)",
+                            comm->rank, desc,
+                            hoop__ipc_phase(p->ipc, behind), now);
+      }
+      if (t - moved > comm->timeout_ms)
+        return HOOP_ERROR(comm, HOOP_ERR_TIMEOUT,
+                          "rank %d: no progress for %d ms in a call over "
+                          "CUDA IPC, waiting for %s (counter %u, this "
+                          "rank's %u of %u)",
+                          comm->rank, comm->timeout_ms, desc,
+                          behind >= 0 ? hoop__ipc_phase(p->ipc, behind)
+                                      : now,
+                          now, c->ipc_done);
+    }
+    /* GPU work takes microseconds to milliseconds: yield, then nap. */
+    if (polls < 2000) {
+      sched_yield();
+    } else {
+      struct timespec nap = {0, 20000};
+      nanosleep(&nap, NULL);
+    }
+  }
+}
+
+hoop_result_t hoop__ipc_path_finish(struct hoop_comm *comm,
+                                    struct hoop_ipc_path *p,
+                                    const struct hoop_device_call *c,
+                                    const int *poisoned) {
+  HOOP_CHECK(watch(comm, p, c, poisoned));
+  hoop_algo_t algo = hoop__ipc_traffic(p->ipc, &c->call, &c->k, c->ipc_ps,
+                                       p->oneshot_bytes, p->sent,
+                                       p->received);
+  hoop__stats_count_peers(comm, c->label, algo, hoop__now_ns() - c->start_ns,
+                          p->sent, p->received);
+  return HOOP_SUCCESS;
+}
+
+void hoop__ipc_path_release(struct hoop_ipc_path *p) {
+  hoop__ipc_release(p->ipc, __atomic_load_n(&p->queued, __ATOMIC_ACQUIRE) +
+                                RELEASE_JUMP);
+}
+
+/*
+ * The peers may still be copying out of this rank's window after its own
+ * GPU is done: wait until each is done too, has exited, or the comm's
+ * timeout passes, before the window is freed.  After a failure there is
+ * nothing to wait for: the counters were released.
+ */
+void hoop__ipc_path_close(struct hoop_comm *comm, struct hoop_ipc_path *p) {
+  if (p == NULL)
+    return;
+  uint32_t done = __atomic_load_n(&p->queued, __ATOMIC_ACQUIRE);
+  long long deadline = hoop__now_ms() + comm->timeout_ms;
+  for (int q = 0; q < comm->nranks && comm->broken == HOOP_SUCCESS; q++) {
+    while (q != comm->rank &&
+           !hoop__counter_reached(hoop__ipc_phase(p->ipc, q), done) &&
+           !peer_dead(comm, p, q) && hoop__now_ms() < deadline &&
+           !__atomic_load_n(&comm->aborted, __ATOMIC_ACQUIRE)) {
+      struct timespec nap = {0, 100000};
+      nanosleep(&nap, NULL);
+    }
+  }
+  path_free(p);
 }
