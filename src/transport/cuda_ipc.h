@@ -12,7 +12,7 @@
  *
  * This is not a struct hoop_transport_ops: those move host bytes through the
  * engine, while here nothing moves until the GPU copies it.  What moves when
- * is the schedules' business (collectives/device_ipc.c).  Built with CUDA.
+ * is the schedules' business (collectives/ipc_schedule.c).  Built with CUDA.
  */
 #ifndef HOOP_TRANSPORT_CUDA_IPC_H
 #define HOOP_TRANSPORT_CUDA_IPC_H
