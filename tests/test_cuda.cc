@@ -1,7 +1,8 @@
 // CUDA: the device reduction kernels against the host kernels (which
 // test_reduce checks against independent references), and every collective
 // on device buffers against reference.h, with N ranks as processes sharing
-// the machine's GPU, ordered on each rank's stream.
+// the machine's GPU, ordered on each rank's stream; and, without a GPU, the
+// CUDA IPC schedules' traffic accounting against the cost model.
 //
 // Without a GPU every case skips with the reason.  The probe runs in a
 // child process: a parent that initialised CUDA could not fork ranks that
@@ -21,8 +22,10 @@
 #include "reference.h"
 
 extern "C" {
+#include "collectives/device_cuda.h"
 #include "reduce/reduce.h"
 #include "reduce/reduce_cuda.h"
+#include "transport/cuda_ipc.h"
 }
 
 using namespace hooptest;
@@ -861,6 +864,97 @@ TEST(CudaIpc, DifferentCallsFailOnEveryRank) {
       },
       run.opt);
   EXPECT_TRUE(r.all_ok()) << describe(r);
+}
+
+// ---- CUDA IPC traffic, host arithmetic only -----------------------------
+
+struct TrafficCase {
+  hoop_coll_t coll;
+  int ps;
+  size_t oneshot_bytes;
+  hoop_algo_t algo;
+  // Bytes all ranks together read from peers, in units of count * esz,
+  // as the schedule's model says, for n ranks and root.
+  double (*model)(int n, int root, int rank);
+};
+
+// Every rank's view of one call: what it reads from and gives to each
+// peer.  What a rank reads from q must be what q says it gave it, and the
+// sum over ranks must be the model's.
+void check_traffic(const TrafficCase &t, int n, size_t count, size_t per,
+                   int root) {
+  const size_t esz = 4;
+  bool blocks = t.coll == HOOP_COLL_REDUCE_SCATTER ||
+                t.coll == HOOP_COLL_ALLGATHER || t.coll == HOOP_COLL_ALLTOALL;
+  struct hoop_chunking k;
+  k.rows = blocks ? (size_t)n : 1;
+  k.total = count;
+  k.per = per;
+  k.nchunks = count == 0 ? 1 : (count + per - 1) / per;
+  struct hoop_call c = {};
+  c.coll = t.coll;
+  c.dtype = HOOP_F32;
+  c.op = HOOP_SUM;
+  c.elem_size = esz;
+  c.root = root;
+  std::vector<std::vector<uint64_t>> sent(n, std::vector<uint64_t>(n)),
+      received(n, std::vector<uint64_t>(n));
+  std::string what = std::string(hoop__coll_name(t.coll)) + " " +
+                     hoop_algo_name(t.algo) + " on " + std::to_string(n) +
+                     " ranks, count " + std::to_string(count) + ", chunk " +
+                     std::to_string(per) + ", root " + std::to_string(root);
+  double total = 0, model = 0;
+  for (int r = 0; r < n; r++) {
+    struct hoop_ipc ipc = {};
+    ipc.rank = r;
+    ipc.nranks = n;
+    hoop_algo_t algo =
+        hoop__ipc_traffic(&ipc, &c, &k, t.ps, t.oneshot_bytes,
+                          sent[r].data(), received[r].data());
+    // One-shot costs nothing extra with 2 ranks or nothing to move.
+    bool free_oneshot = t.coll == HOOP_COLL_ALLREDUCE && !t.ps &&
+                        (n == 2 || count == 0);
+    EXPECT_EQ(algo, free_oneshot ? HOOP_ALGO_ONESHOT : t.algo) << what;
+    EXPECT_EQ(sent[r][r] + received[r][r], 0u) << what << ": rank " << r;
+    for (int q = 0; q < n; q++)
+      total += (double)received[r][q];
+    model += t.model(n, root, r) * (double)(count * esz);
+  }
+  for (int r = 0; r < n; r++)
+    for (int q = 0; q < n; q++)
+      EXPECT_EQ(received[r][q], sent[q][r])
+          << what << ": rank " << r << " reads " << received[r][q]
+          << " B from rank " << q << ", which gives " << sent[q][r];
+  EXPECT_EQ(total, model) << what;
+}
+
+TEST(CudaIpcTraffic, EveryScheduleMatchesItsModelAndBothEndsAgree) {
+  const size_t huge = (size_t)1 << 40;
+  const TrafficCase cases[] = {
+      // Split: the reduction reads N-1 slices, the copies N-1 more.
+      {HOOP_COLL_ALLREDUCE, 0, 0, HOOP_ALGO_RING,
+       [](int n, int, int) { return 2.0 * (n - 1) / n; }},
+      {HOOP_COLL_ALLREDUCE, 0, huge, HOOP_ALGO_ONESHOT,
+       [](int n, int, int) { return (double)(n - 1); }},
+      {HOOP_COLL_ALLREDUCE, 1, huge, HOOP_ALGO_PS,
+       [](int n, int, int r) { return r == 0 ? (double)(n - 1) : 1.0; }},
+      {HOOP_COLL_REDUCE_SCATTER, 0, 0, HOOP_ALGO_RING,
+       [](int n, int, int) { return (double)(n - 1); }},
+      {HOOP_COLL_ALLGATHER, 0, 0, HOOP_ALGO_RING,
+       [](int n, int, int) { return (double)(n - 1); }},
+      {HOOP_COLL_ALLTOALL, 0, 0, HOOP_ALGO_P2P,
+       [](int n, int, int) { return (double)(n - 1); }},
+      {HOOP_COLL_BROADCAST, 0, 0, HOOP_ALGO_RING,
+       [](int, int root, int r) { return r == root ? 0.0 : 1.0; }},
+      {HOOP_COLL_REDUCE, 0, 0, HOOP_ALGO_RING,
+       [](int n, int root, int r) { return r == root ? n - 1.0 : 0.0; }},
+  };
+  for (const TrafficCase &t : cases)
+    for (int n : {2, 3, 5, 8})
+      for (size_t count : {(size_t)0, (size_t)1, (size_t)1000,
+                           (size_t)(1 << 20) + 3})
+        for (size_t per : {(size_t)64, (size_t)4096, (size_t)1 << 22})
+          check_traffic(t, n, count, per, n - 1);
 }
 
 } // namespace

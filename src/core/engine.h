@@ -23,6 +23,7 @@
 #ifndef HOOP_ENGINE_H
 #define HOOP_ENGINE_H
 
+#include <assert.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -62,7 +63,7 @@ struct hoop_wire_header {
   uint64_t link_bytes;
   uint64_t back_bytes;
 };
-_Static_assert(sizeof(struct hoop_wire_header) == 64,
+static_assert(sizeof(struct hoop_wire_header) == 64,
                "the wire header keeps data 64-byte aligned in staging");
 
 /* "allreduce #7 (count 100, float, sum, ...)", for messages. */
@@ -122,7 +123,7 @@ struct hoop_plan_key {
   int32_t setting;       /* the communicator's algorithm setting */
   int32_t reserved;      /* zero: keeps the struct free of padding */
 };
-_Static_assert(sizeof(struct hoop_plan_key) == 56,
+static_assert(sizeof(struct hoop_plan_key) == 56,
                "no padding, so keys compare with memcmp");
 
 struct hoop_plan {
