@@ -3,7 +3,12 @@
  * device's own device-to-device copy, measured in the same run.  A copy
  * moves 2 bytes per byte copied (read + write), a reduction dst = a op b
  * moves 3; both are reported as bytes moved per second, so the ratio says
- * how close the kernel comes to the memory system's limit.
+ * how close the kernel comes to the memory system's limit.  Before each
+ * timed launch a write of twice the L2's size evicts the buffers from it:
+ * repeated runs on the same buffers would otherwise serve a copy that fits
+ * in L2 (16 MiB copies 32 MiB on an H100's 50 MB) from cache while the
+ * reduction, moving half as much again, spills, and the ratio would
+ * compare the cache with the memory rather than the kernel with the copy.
  *
  *   hoop-cuda-kernels [-b minbytes] [-e maxbytes] [-n iters]
  */
@@ -32,6 +37,10 @@ static int cmp_float(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+/* Evicts the L2 by writing `flush_bytes` elsewhere (see the top). */
+static char *flush_buf;
+static size_t flush_bytes;
+
 /* Median milliseconds of `iters` runs of one launch kind, timed by events. */
 static float median_ms(int iters, int kind, void *dst, void *a, void *b,
                        size_t bytes, hoop_dtype_t t, hoop_op_t op) {
@@ -41,6 +50,7 @@ static float median_ms(int iters, int kind, void *dst, void *a, void *b,
   float *ms = malloc(sizeof *ms * (size_t)iters);
   size_t count = bytes / hoop_dtype_size(t);
   for (int i = -2; i < iters; i++) { /* two warm-ups */
+    CUDA_CHECK(cudaMemsetAsync(flush_buf, i & 0xff, flush_bytes, NULL));
     CUDA_CHECK(cudaEventRecord(start, NULL));
     if (kind == 0)
       CUDA_CHECK(cudaMemcpyAsync(dst, a, bytes, cudaMemcpyDeviceToDevice,
@@ -81,6 +91,8 @@ int main(int argc, char **argv) {
   struct cudaDeviceProp prop;
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   char *a, *b, *d;
+  flush_bytes = 2 * (size_t)(prop.l2CacheSize > 0 ? prop.l2CacheSize : 1);
+  CUDA_CHECK(cudaMalloc((void **)&flush_buf, flush_bytes));
   CUDA_CHECK(cudaMalloc((void **)&a, max_bytes));
   CUDA_CHECK(cudaMalloc((void **)&b, max_bytes));
   CUDA_CHECK(cudaMalloc((void **)&d, max_bytes));
@@ -88,8 +100,9 @@ int main(int argc, char **argv) {
   CUDA_CHECK(cudaMemset(a, 0x3c, max_bytes));
   CUDA_CHECK(cudaMemset(b, 0x3c, max_bytes));
   printf("# hoop-cuda-kernels on %s: median of %d, GB/s = bytes read + "
-         "written per second (copy 2x, reduce 3x the buffer)\n",
-         prop.name, iters);
+         "written per second (copy 2x, reduce 3x the buffer), L2 (%d B) "
+         "flushed before each run\n",
+         prop.name, iters, prop.l2CacheSize);
   printf("# %12s %9s %6s %10s %10s %10s %10s %7s\n", "bytes", "dtype", "op",
          "copy_us", "copy_GBps", "reduce_us", "red_GBps", "ratio");
   const hoop_dtype_t types[] = {HOOP_F32, HOOP_BF16, HOOP_F16, HOOP_F64,
@@ -112,5 +125,6 @@ int main(int argc, char **argv) {
   cudaFree(a);
   cudaFree(b);
   cudaFree(d);
+  cudaFree(flush_buf);
   return 0;
 }
