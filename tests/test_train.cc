@@ -1,7 +1,8 @@
 // hoop-train's pieces: the IDX reader and its errors, the MLP's gradients
 // against finite differences, the optimisers against their formulas,
-// sharding, data-parallel steps against one process with an N-times batch,
-// checkpoints, and the binary end to end on Fashion-MNIST.
+// sharding, data-parallel steps against one process with an N-times batch
+// (on the CPU, and on a CUDA device where there is one), checkpoints, and
+// the binary end to end on Fashion-MNIST.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -26,6 +27,7 @@ extern "C" {
 #include "dataset.h"
 #include "idx.h"
 #include "mlp.h"
+#include "gpu.h"
 #include "optim.h"
 #include "trainer.h"
 }
@@ -38,6 +40,48 @@ using hooptest::run_ranks;
 // Ranks are forked from this process: one BLAS thread, as hoop-train runs,
 // and no BLAS thread pool for fork to cut in half.
 const int kOneBlasThread = (openblas_set_num_threads(1), 0);
+
+// Empty when --device cuda can run here, else why not.  Probed in a child
+// process: a parent that initialised CUDA could not fork ranks that use it.
+const std::string &cuda_missing() {
+  static std::string why = [] {
+    int fds[2];
+    if (pipe(fds) != 0)
+      return std::string("pipe failed");
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+      close(fds[0]);
+      char err[512] = "";
+      int sizes[2] = {4, DATASET_CLASSES};
+      mlp_t m;
+      optim_t o;
+      if (mlp_init(&m, 1, sizes, 1, err, sizeof err) != 0 ||
+          optim_init(&o, OPTIM_SGD, m.nparams, 0.1f, 0.0f, 0.0f) != 0 ||
+          gpu_mlp_create(&m, &o, 0, err, sizeof err) == NULL) {
+        if (err[0] == '\0')
+          snprintf(err, sizeof err, "set-up failed");
+        if (write(fds[1], err, strlen(err)) < 0)
+          _exit(2);
+      }
+      _exit(0);
+    }
+    close(fds[1]);
+    std::string msg;
+    char buf[256];
+    ssize_t got;
+    while ((got = read(fds[0], buf, sizeof buf)) > 0)
+      msg.append(buf, (size_t)got);
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+      return std::string("the CUDA probe process failed");
+    return msg;
+  }();
+  return why;
+}
 
 std::string temp_dir() {
   char tmpl[] = "/tmp/hoop-train-test-XXXXXX";
@@ -347,23 +391,30 @@ struct DdpCase {
   optim_kind_t optim;
   size_t bucket_bytes;
   int accum;
+  bool cuda = false;
 };
 
 void PrintTo(const DdpCase &c, std::ostream *os) {
   *os << c.nranks << " ranks, " << optim_name(c.optim) << ", bucket "
-      << c.bucket_bytes << " B, " << c.accum << " accumulation steps";
+      << c.bucket_bytes << " B, " << c.accum << " accumulation steps"
+      << (c.cuda ? ", on CUDA" : "");
 }
 
 class DataParallel : public ::testing::TestWithParam<DdpCase> {};
 
 // N ranks with batch B (and A accumulation steps) must follow one process
 // that takes N*A*B samples per update, and keep every replica identical.
+// On CUDA the ranks compute with cuBLAS and average device gradients
+// through hoop; the reference stays the CPU one.
 TEST_P(DataParallel, MatchesOneProcessWithAnNTimesBatch) {
   const DdpCase c = GetParam();
+  if (c.cuda && !cuda_missing().empty())
+    GTEST_SKIP() << cuda_missing();
   const int batch = 3, steps = 6;
   auto fn = [&](RankLog &log, hoop_comm_t comm, int rank, int nranks) {
     dataset_t d = random_dataset(401, 12, 21);
     trainer_config_t cfg = small_config(c.optim, c.bucket_bytes, batch);
+    cfg.cuda = c.cuda;
     trainer_t t;
     char err[512];
     if (trainer_init(&t, comm, &cfg, err, sizeof err) != 0)
@@ -413,6 +464,8 @@ TEST_P(DataParallel, MatchesOneProcessWithAnNTimesBatch) {
       mlp_backward(&ref, global, ref_grads.data(), nullptr, nullptr);
       optim_step(&ref_opt, ref.params, ref_grads.data());
 
+      if (trainer_pull_state(&t, err, sizeof err) != 0)
+        return log.fail("trainer_pull_state: %s", err);
       for (size_t i = 0; i < ref.nparams; i++) {
         float got = t.model.params[i], want = ref.params[i];
         if (std::fabs(got - want) > 1e-4f * (1 + std::fabs(want)))
@@ -446,12 +499,15 @@ INSTANTIATE_TEST_SUITE_P(
                       DdpCase{3, OPTIM_SGD, 400, 2},
                       DdpCase{4, OPTIM_ADAM, 400, 1},
                       DdpCase{4, OPTIM_SGD, 1, 3},
-                      DdpCase{8, OPTIM_ADAM, 400, 2}),
+                      DdpCase{8, OPTIM_ADAM, 400, 2},
+                      DdpCase{1, OPTIM_SGD, 1 << 20, 1, true},
+                      DdpCase{2, OPTIM_ADAM, 1, 1, true},
+                      DdpCase{3, OPTIM_SGD, 400, 2, true}),
     [](const ::testing::TestParamInfo<DdpCase> &i) {
       return std::to_string(i.param.nranks) + "ranks_" +
              optim_name(i.param.optim) + "_bucket" +
              std::to_string(i.param.bucket_bytes) + "_accum" +
-             std::to_string(i.param.accum);
+             std::to_string(i.param.accum) + (i.param.cuda ? "_cuda" : "");
     });
 
 TEST(Checkpoint, RoundTripsAndRefusesWhatDoesNotFit) {
@@ -621,6 +677,34 @@ TEST(HoopTrain, LearnsFashionMnistOnTwoRanks) {
                                "samples; chance is 0.1";
   EXPECT_NE(r.text.find("sent/step 796840 B, model 796840 B"),
             std::string::npos) << r.text;
+}
+
+// With a GPU, two ranks sharing it learn; without one (or without CUDA in
+// the build), --device cuda is refused on every rank, saying why.
+TEST(HoopTrain, DeviceCudaLearnsOrIsRefusedWithTheReason) {
+  std::string dir = temp_dir();
+  write_set(dir, "train", 600, 6, 6, true, 5);
+  write_set(dir, "t10k", 200, 6, 6, true, 6);
+  ShellOutput r = run_shell(kRun + " -n 2 " + kTrain +
+                            " --quiet --device cuda --epochs 3 --hidden 32 "
+                            "--batch 16 --data " + dir + " --metrics " +
+                            dir + "/m.csv");
+  if (!cuda_missing().empty()) {
+    EXPECT_NE(r.status, 0) << r.text;
+    EXPECT_NE(r.text.find("--device cuda: "), std::string::npos) << r.text;
+    GTEST_SKIP() << "refused as it should be; no GPU to learn on: "
+                 << cuda_missing();
+  }
+  ASSERT_EQ(r.status, 0) << r.text;
+  EXPECT_NE(r.text.find(" on cuda, "), std::string::npos) << r.text;
+  std::istringstream in(slurp(dir + "/m.csv"));
+  std::string line, last;
+  while (std::getline(in, line))
+    last = line;
+  double fields[4];
+  ASSERT_EQ(sscanf(last.c_str(), "%lf,%lf,%lf,%lf", &fields[0], &fields[1],
+                   &fields[2], &fields[3]), 4) << last;
+  EXPECT_GT(fields[3], 0.3) << "test accuracy after 3 epochs; chance is 0.1";
 }
 
 TEST(HoopTrain, PlotsTheMetrics) {

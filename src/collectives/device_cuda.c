@@ -533,10 +533,18 @@ hoop_result_t hoop__device_enqueue(struct hoop_comm *comm,
   d->queued++;
   pthread_cond_broadcast(&d->cond);
   pthread_mutex_unlock(&d->lock);
-  cudaError_t e =
-      d->ipc != NULL
-          ? hoop__ipc_path_enqueue(d->ipc, &mine, (cudaStream_t)stream)
-          : enqueue_gpu(comm, d, &mine, (cudaStream_t)stream);
+  /* Kernels and copies go to the buffers' device, whichever device the
+   * calling thread has current (a communication thread may have none). */
+  int current = d->device;
+  cudaGetDevice(&current);
+  cudaError_t e = current != d->device ? cudaSetDevice(d->device)
+                                       : cudaSuccess;
+  if (e == cudaSuccess)
+    e = d->ipc != NULL
+            ? hoop__ipc_path_enqueue(d->ipc, &mine, (cudaStream_t)stream)
+            : enqueue_gpu(comm, d, &mine, (cudaStream_t)stream);
+  if (current != d->device)
+    cudaSetDevice(current);
   pthread_mutex_unlock(&d->enqueue_lock);
   if (e != cudaSuccess) {
     cudaGetLastError();

@@ -21,6 +21,7 @@ struct bucket {
 struct ddp {
   hoop_comm_t comm;
   float *grads;
+  hoop_stream_t stream;
   int nbuckets;
   struct bucket *buckets;
   int *bucket_of_layer;
@@ -62,7 +63,7 @@ static void *comm_main(void *arg) {
     if (!failed)
       res = hoop_allreduce(d->comm, d->grads + b->begin,
                            d->grads + b->begin, b->count, HOOP_F32,
-                           HOOP_AVG, NULL);
+                           HOOP_AVG, d->stream);
     double spent = now_s() - t0;
 
     pthread_mutex_lock(&d->lock);
@@ -80,9 +81,9 @@ static void *comm_main(void *arg) {
   return NULL;
 }
 
-ddp_t *ddp_create(hoop_comm_t comm, float *grads, int nlayers,
-                  const size_t *offset, size_t bucket_bytes, char *err,
-                  size_t errlen) {
+ddp_t *ddp_create(hoop_comm_t comm, float *grads, hoop_stream_t stream,
+                  int nlayers, const size_t *offset, size_t bucket_bytes,
+                  char *err, size_t errlen) {
   int nranks;
   if (hoop_comm_size(comm, &nranks) != HOOP_SUCCESS) {
     snprintf(err, errlen, "ddp: %s", hoop_last_error());
@@ -97,6 +98,7 @@ ddp_t *ddp_create(hoop_comm_t comm, float *grads, int nlayers,
   pthread_cond_init(&d->wake, NULL);
   d->comm = comm;
   d->grads = grads;
+  d->stream = stream;
   d->buckets = calloc((size_t)nlayers, sizeof *d->buckets);
   d->bucket_of_layer = calloc((size_t)nlayers, sizeof *d->bucket_of_layer);
   d->queue = calloc((size_t)nlayers, sizeof *d->queue);

@@ -17,11 +17,15 @@ typedef struct ddp ddp_t;
 /*
  * grads holds nlayers layers, layer l at [offset[l], offset[l + 1]) floats.
  * A bucket closes once it holds at least bucket_bytes.  With one rank
- * nothing is reduced and no thread runs.  Returns NULL with err set.
+ * nothing is reduced and no thread runs.  Device gradients (a stream, NULL
+ * for host memory) are averaged on the stream: the all-reduces are queued
+ * behind the backward work already there, and ddp_wait returns once they
+ * are queued, so later work on the stream sees the averages.  Returns NULL
+ * with err set.
  */
-ddp_t *ddp_create(hoop_comm_t comm, float *grads, int nlayers,
-                  const size_t *offset, size_t bucket_bytes, char *err,
-                  size_t errlen);
+ddp_t *ddp_create(hoop_comm_t comm, float *grads, hoop_stream_t stream,
+                  int nlayers, const size_t *offset, size_t bucket_bytes,
+                  char *err, size_t errlen);
 /* Joins the communication thread; call only after ddp_wait. */
 void ddp_destroy(ddp_t *d);
 
@@ -40,7 +44,8 @@ void ddp_layer_done(void *ddp, int layer);
  */
 int ddp_wait(ddp_t *d, double *wait_s, char *err, size_t errlen);
 
-/* Seconds the communication thread spent inside hoop_allreduce so far. */
+/* Seconds the communication thread spent inside hoop_allreduce so far
+ * (with device gradients, queueing them). */
 double ddp_comm_seconds(ddp_t *d);
 
 #endif

@@ -41,6 +41,7 @@ struct options {
   const char *metrics, *plot, *checkpoint;
   char plot_metrics[4096]; /* --plot without --metrics: FILE.png.csv */
   int resume, quiet;
+  int cuda; /* --device cuda */
 };
 
 static void usage(FILE *to) {
@@ -64,6 +65,9 @@ static void usage(FILE *to) {
     "  --train-limit N     use the first N training samples (default all)\n"
     "  --test-limit N      use the first N test samples (default all)\n"
     "  --threads N         BLAS threads per rank (default 1)\n"
+    "  --device cpu|cuda   compute with OpenBLAS, or cuBLAS on rank %% (GPUs "
+    "present)\n"
+    "                      (default cpu)\n"
     "  --metrics FILE      per-epoch metrics as CSV\n"
     "  --plot FILE.png     loss and accuracy curves (needs python3 and "
     "matplotlib)\n"
@@ -122,7 +126,7 @@ static int parse_args(int argc, char **argv, struct options *o) {
   enum { O_DATA = 256, O_HIDDEN, O_EPOCHS, O_BATCH, O_ACCUM, O_OPTIM, O_LR,
          O_MOMENTUM, O_WD, O_BUCKET, O_ALGO, O_SEED, O_TRAIN_LIMIT,
          O_TEST_LIMIT, O_THREADS, O_METRICS, O_PLOT, O_CHECKPOINT, O_RESUME,
-         O_QUIET, O_HELP };
+         O_QUIET, O_HELP, O_DEVICE };
   static const struct option longopts[] = {
       {"data", 1, 0, O_DATA},         {"hidden", 1, 0, O_HIDDEN},
       {"epochs", 1, 0, O_EPOCHS},     {"batch", 1, 0, O_BATCH},
@@ -135,6 +139,7 @@ static int parse_args(int argc, char **argv, struct options *o) {
       {"threads", 1, 0, O_THREADS},   {"metrics", 1, 0, O_METRICS},
       {"plot", 1, 0, O_PLOT},         {"checkpoint", 1, 0, O_CHECKPOINT},
       {"resume", 0, 0, O_RESUME},     {"quiet", 0, 0, O_QUIET},
+      {"device", 1, 0, O_DEVICE},
       {"help", 0, 0, O_HELP},         {0, 0, 0, 0}};
   *o = (struct options){.data = DEFAULT_DATA, .hidden = "200,200",
                         .epochs = 10, .batch = 64, .accum_steps = 1,
@@ -221,6 +226,11 @@ static int parse_args(int argc, char **argv, struct options *o) {
     case O_CHECKPOINT: o->checkpoint = optarg; break;
     case O_RESUME: o->resume = 1; break;
     case O_QUIET: o->quiet = 1; break;
+    case O_DEVICE:
+      if (strcmp(optarg, "cpu") != 0 && strcmp(optarg, "cuda") != 0)
+        return die_usage("--device is cpu or cuda, not \"%s\"", optarg);
+      o->cuda = strcmp(optarg, "cuda") == 0;
+      break;
     case 'h':
     case O_HELP: usage(stdout); exit(0);
     default: return 2;
@@ -398,7 +408,8 @@ static int train(const struct options *o, hoop_comm_t comm, int rank,
   trainer_config_t cfg = {.batch = o->batch, .optim = o->optim, .lr = o->lr,
                           .momentum = o->momentum,
                           .weight_decay = o->weight_decay,
-                          .bucket_bytes = o->bucket_bytes, .seed = o->seed};
+                          .bucket_bytes = o->bucket_bytes, .seed = o->seed,
+                          .cuda = o->cuda};
   parse_hidden(o->hidden, &cfg);
   cfg.sizes[0] = (int)train_set.features;
   cfg.sizes[cfg.nlayers] = train_set.classes;
@@ -449,11 +460,13 @@ static int train(const struct options *o, hoop_comm_t comm, int rank,
     printf("hoop-train: %d rank%s, MLP", nranks, nranks > 1 ? "s" : "");
     for (int l = 0; l <= cfg.nlayers; l++)
       printf("%s%d", l ? "-" : " ", cfg.sizes[l]);
-    printf(" (%zu parameters, %zu gradient bytes), %s lr %g, batch %d per "
-           "rank x %d accumulation step%s, %zu train / %zu test samples\n",
+    printf(" (%zu parameters, %zu gradient bytes) on %s, %s lr %g, batch %d "
+           "per rank x %d accumulation step%s, %zu train / %zu test "
+           "samples\n",
            t.model.nparams, t.model.nparams * sizeof(float),
-           optim_name(o->optim), (double)o->lr, o->batch, o->accum_steps,
-           o->accum_steps > 1 ? "s" : "", train_set.n, test_set.n);
+           o->cuda ? "cuda" : "cpu", optim_name(o->optim), (double)o->lr,
+           o->batch, o->accum_steps, o->accum_steps > 1 ? "s" : "",
+           train_set.n, test_set.n);
     printf("hoop-train: gradient buckets (bytes, in reduction order):");
     for (int i = 0; i < ddp_nbuckets(t.ddp); i++)
       printf(" %zu", ddp_bucket_bytes(t.ddp, i));
@@ -500,6 +513,11 @@ static int train(const struct options *o, hoop_comm_t comm, int rank,
         progress(epoch + 1, o->epochs, s + 1, steps,
                  loss_sum / (double)(first + (size_t)batch));
     }
+    if (trainer_sync(&t, err, sizeof err) != 0) {
+      fprintf(stderr, "hoop-train: rank %d: epoch %d: %s\n", rank,
+              epoch + 1, err);
+      goto out_order;
+    }
     double seconds = now_s() - t0;
     if (bar)
       fputc('\n', stderr);
@@ -544,8 +562,9 @@ static int train(const struct options *o, hoop_comm_t comm, int rank,
     if (metrics != NULL)
       write_metrics(metrics, &r);
     if (o->checkpoint != NULL &&
-        ckpt_save(o->checkpoint, &t.model, &t.opt, epoch + 1, o->seed, err,
-                  sizeof err) != 0) {
+        (trainer_pull_state(&t, err, sizeof err) != 0 ||
+         ckpt_save(o->checkpoint, &t.model, &t.opt, epoch + 1, o->seed, err,
+                   sizeof err) != 0)) {
       fprintf(stderr, "hoop-train: %s\n", err);
       goto out_order;
     }

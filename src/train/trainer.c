@@ -12,6 +12,28 @@ static int comm_error(trainer_t *t, const char *what, hoop_result_t res,
   return -1;
 }
 
+/*
+ * Every rank moves to its GPU or none does: one rank without a device
+ * would leave the others waiting in their first all-reduce.
+ */
+static int start_gpu(trainer_t *t, char *err, size_t errlen) {
+  char mine[256] = "";
+  t->gpu = gpu_mlp_create(&t->model, &t->opt, t->rank, mine, sizeof mine);
+  int32_t ok = t->gpu != NULL;
+  hoop_result_t res =
+      hoop_allreduce(t->comm, &ok, &ok, 1, HOOP_I32, HOOP_MIN, NULL);
+  if (res != HOOP_SUCCESS)
+    return comm_error(t, "agreeing on --device cuda", res, err, errlen);
+  if (ok)
+    return 0;
+  if (mine[0] != '\0')
+    snprintf(err, errlen, "%s", mine);
+  else
+    snprintf(err, errlen, "--device cuda: another rank has no usable CUDA "
+                          "device");
+  return -1;
+}
+
 int trainer_init(trainer_t *t, hoop_comm_t comm, const trainer_config_t *cfg,
                  char *err, size_t errlen) {
   memset(t, 0, sizeof *t);
@@ -49,8 +71,14 @@ int trainer_init(trainer_t *t, hoop_comm_t comm, const trainer_config_t *cfg,
     trainer_free(t);
     return -1;
   }
-  t->ddp = ddp_create(comm, t->grads, t->model.nlayers, t->model.offset,
-                      cfg->bucket_bytes, err, errlen);
+  if (cfg->cuda && start_gpu(t, err, errlen) != 0) {
+    trainer_free(t);
+    return -1;
+  }
+  t->ddp = ddp_create(comm, t->gpu != NULL ? gpu_mlp_grads(t->gpu) : t->grads,
+                      t->gpu != NULL ? gpu_mlp_stream(t->gpu) : NULL,
+                      t->model.nlayers, t->model.offset, cfg->bucket_bytes,
+                      err, errlen);
   if (t->ddp == NULL) {
     trainer_free(t);
     return -1;
@@ -60,10 +88,19 @@ int trainer_init(trainer_t *t, hoop_comm_t comm, const trainer_config_t *cfg,
 
 void trainer_free(trainer_t *t) {
   ddp_destroy(t->ddp);
+  gpu_mlp_destroy(t->gpu);
   optim_free(&t->opt);
   free(t->grads);
   mlp_free(&t->model);
   memset(t, 0, sizeof *t);
+}
+
+/* Logits of the gathered batch in t->model.act[nlayers], on the host. */
+static int forward(trainer_t *t, int batch, char *err, size_t errlen) {
+  if (t->gpu != NULL)
+    return gpu_mlp_forward(t->gpu, &t->model, batch, err, errlen);
+  mlp_forward(&t->model, batch);
+  return 0;
 }
 
 int trainer_step(trainer_t *t, const dataset_t *d, const size_t *idx,
@@ -78,16 +115,25 @@ int trainer_step(trainer_t *t, const dataset_t *d, const size_t *idx,
   for (int b = 0; b < batch; b++)
     labels[b] = d->y[idx[b]];
   mlp_gather(&t->model, d, idx, batch);
-  mlp_forward(&t->model, batch);
+  if (forward(t, batch, err, errlen) != 0)
+    return -1;
   *correct += mlp_correct(&t->model, batch, labels);
   *loss_sum += mlp_loss(&t->model, batch, labels, scale);
   if (sync)
     ddp_begin_sync(t->ddp);
-  mlp_backward(&t->model, batch, t->grads, ddp_layer_done, t->ddp);
+  if (t->gpu != NULL) {
+    if (gpu_mlp_backward(t->gpu, &t->model, batch, ddp_layer_done, t->ddp,
+                         err, errlen) != 0)
+      return -1;
+  } else {
+    mlp_backward(&t->model, batch, t->grads, ddp_layer_done, t->ddp);
+  }
   if (!sync)
     return 0;
   if (ddp_wait(t->ddp, &t->wait_s, err, errlen) != 0)
     return -1;
+  if (t->gpu != NULL)
+    return gpu_mlp_step(t->gpu, &t->opt, err, errlen);
   optim_step(&t->opt, t->model.params, t->grads);
   memset(t->grads, 0, t->model.nparams * sizeof *t->grads);
   return 0;
@@ -113,7 +159,11 @@ int trainer_evaluate(trainer_t *t, const dataset_t *d, long *correct,
       labels[batch++] = d->y[next];
     }
     mlp_gather(&t->model, d, idx, batch);
-    mlp_forward(&t->model, batch);
+    if (forward(t, batch, err, errlen) != 0) {
+      free(idx);
+      free(labels);
+      return -1;
+    }
     counts[0] += mlp_correct(&t->model, batch, labels);
     counts[1] += batch;
   }
@@ -143,5 +193,17 @@ int trainer_share_state(trainer_t *t, char *err, size_t errlen) {
     return comm_error(t, "broadcast of the checkpointed state", res, err,
                       errlen);
   t->opt.steps = steps;
+  if (t->gpu != NULL)
+    return gpu_mlp_push(t->gpu, &t->model, &t->opt, err, errlen);
   return 0;
+}
+
+int trainer_pull_state(trainer_t *t, char *err, size_t errlen) {
+  if (t->gpu == NULL)
+    return 0;
+  return gpu_mlp_pull(t->gpu, &t->model, &t->opt, err, errlen);
+}
+
+int trainer_sync(trainer_t *t, char *err, size_t errlen) {
+  return t->gpu != NULL ? gpu_mlp_sync(t->gpu, err, errlen) : 0;
 }

@@ -1,7 +1,8 @@
 /*
  * One data-parallel replica: the model, its gradients, the optimiser and
  * the bucketed gradient averaging, joined to the other ranks by a hoop
- * communicator.  hoop-train drives epochs with it; tests drive steps.
+ * communicator, on the CPU or a CUDA device.  hoop-train drives epochs
+ * with it; tests drive steps.
  */
 #ifndef HOOP_TRAIN_TRAINER_H
 #define HOOP_TRAIN_TRAINER_H
@@ -11,6 +12,7 @@
 
 #include "dataset.h"
 #include "ddp.h"
+#include "gpu.h"
 #include "hoop.h"
 #include "mlp.h"
 #include "optim.h"
@@ -23,6 +25,7 @@ typedef struct trainer_config {
   float lr, momentum, weight_decay;
   size_t bucket_bytes;
   uint64_t seed;
+  int cuda; /* compute on a CUDA device (gpu.h) instead of OpenBLAS */
 } trainer_config_t;
 
 typedef struct trainer {
@@ -32,6 +35,7 @@ typedef struct trainer {
   mlp_t model;
   optim_t opt;
   float *grads;
+  gpu_mlp_t *gpu; /* set with cfg.cuda: parameters and gradients live there */
   ddp_t *ddp;
   double wait_s; /* blocked on gradient averaging, summed over steps */
 } trainer_t;
@@ -68,5 +72,15 @@ int trainer_evaluate(trainer_t *t, const dataset_t *d, long *correct,
  * rank 0 loaded a checkpoint).
  */
 int trainer_share_state(trainer_t *t, char *err, size_t errlen);
+
+/*
+ * With cfg.cuda the parameters and optimiser state live on the GPU: copies
+ * them to t->model and t->opt (before a checkpoint is written).  Also
+ * waits for the queued GPU work.  Nothing to do on the CPU.
+ */
+int trainer_pull_state(trainer_t *t, char *err, size_t errlen);
+
+/* Waits for the queued GPU work (end of an epoch's timing); 0 on the CPU. */
+int trainer_sync(trainer_t *t, char *err, size_t errlen);
 
 #endif
