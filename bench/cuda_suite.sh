@@ -31,7 +31,7 @@ run=$build/tools/hoop-run
 bench=$build/bench/hoop-bench
 status=0
 if [ "$mode" = test ] || [ "$mode" = all ]; then
-  (cd "$build" && ctest -R "${TESTS:-Cuda|Bench.CudaMemory}" -E "${SKIP_TESTS:-^$}" \
+  (cd "$build" && ctest -R "${TESTS:-Cuda|cuda|Bench.CudaMemory}" -E "${SKIP_TESTS:-^$}" \
      -j "${JOBS:-4}" --timeout "${TEST_TIMEOUT:-600}" --output-on-failure) \
     >"$out/ctest-cuda.log" 2>&1 || status=1
   grep -E "tests passed|Failed|\*\*\*|Skipped" "$out/ctest-cuda.log" | tail -25
