@@ -178,6 +178,37 @@ inline RunResult run_ranks(int nranks, const RankFn &fn,
   return result;
 }
 
+// Runs probe in a forked child and returns what it returned, or why the
+// child failed.  For questions whose asking would change this process: a
+// parent that initialised CUDA could not fork ranks that use it.
+inline std::string ask_in_child(const std::function<std::string()> &probe) {
+  int fds[2];
+  if (pipe(fds) != 0)
+    return std::string("pipe failed");
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    std::string msg = probe();
+    if (write(fds[1], msg.data(), msg.size()) < 0)
+      _exit(2);
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string msg;
+  char buf[256];
+  ssize_t got;
+  while ((got = read(fds[0], buf, sizeof buf)) > 0)
+    msg.append(buf, (size_t)got);
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    return std::string("the probe process failed");
+  return msg;
+}
+
 // A command through the shell, stdout and stderr together, with its exit
 // status (128 + signal when a signal ended it).
 struct ShellOutput {

@@ -34,38 +34,14 @@ namespace {
 
 // Empty when a GPU is usable, else why not.
 const std::string &gpu_missing() {
-  static std::string why = [] {
-    int fds[2];
-    if (pipe(fds) != 0)
-      return std::string("pipe failed");
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid == 0) {
-      close(fds[0]);
-      int n = 0;
-      cudaError_t e = cudaGetDeviceCount(&n);
-      std::string msg = e != cudaSuccess ? std::string("cudaGetDeviceCount: ") +
-                                               cudaGetErrorString(e)
-                        : n == 0 ? std::string("no CUDA device")
-                                 : std::string();
-      if (write(fds[1], msg.data(), msg.size()) < 0)
-        _exit(2);
-      _exit(0);
-    }
-    close(fds[1]);
-    std::string msg;
-    char buf[256];
-    ssize_t got;
-    while ((got = read(fds[0], buf, sizeof buf)) > 0)
-      msg.append(buf, (size_t)got);
-    close(fds[0]);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-      return std::string("the CUDA probe process failed");
-    return msg;
-  }();
+  static std::string why = ask_in_child([] {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    return e != cudaSuccess ? std::string("cudaGetDeviceCount: ") +
+                                  cudaGetErrorString(e)
+           : n == 0         ? std::string("no CUDA device")
+                            : std::string();
+  });
   return why;
 }
 

@@ -44,42 +44,17 @@ const int kOneBlasThread = (openblas_set_num_threads(1), 0);
 // Empty when --device cuda can run here, else why not.  Probed in a child
 // process: a parent that initialised CUDA could not fork ranks that use it.
 const std::string &cuda_missing() {
-  static std::string why = [] {
-    int fds[2];
-    if (pipe(fds) != 0)
-      return std::string("pipe failed");
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid == 0) {
-      close(fds[0]);
-      char err[512] = "";
-      int sizes[2] = {4, DATASET_CLASSES};
-      mlp_t m;
-      optim_t o;
-      if (mlp_init(&m, 1, sizes, 1, err, sizeof err) != 0 ||
-          optim_init(&o, OPTIM_SGD, m.nparams, 0.1f, 0.0f, 0.0f) != 0 ||
-          gpu_mlp_create(&m, &o, 0, err, sizeof err) == NULL) {
-        if (err[0] == '\0')
-          snprintf(err, sizeof err, "set-up failed");
-        if (write(fds[1], err, strlen(err)) < 0)
-          _exit(2);
-      }
-      _exit(0);
-    }
-    close(fds[1]);
-    std::string msg;
-    char buf[256];
-    ssize_t got;
-    while ((got = read(fds[0], buf, sizeof buf)) > 0)
-      msg.append(buf, (size_t)got);
-    close(fds[0]);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-      return std::string("the CUDA probe process failed");
-    return msg;
-  }();
+  static std::string why = hooptest::ask_in_child([] {
+    char err[512] = "";
+    int sizes[2] = {4, DATASET_CLASSES};
+    mlp_t m;
+    optim_t o;
+    if (mlp_init(&m, 1, sizes, 1, err, sizeof err) != 0 ||
+        optim_init(&o, OPTIM_SGD, m.nparams, 0.1f, 0.0f, 0.0f) != 0 ||
+        gpu_mlp_create(&m, &o, 0, err, sizeof err) == NULL)
+      return std::string(err[0] != '\0' ? err : "set-up failed");
+    return std::string();
+  });
   return why;
 }
 
@@ -594,6 +569,20 @@ std::string slurp(const std::string &path) {
   return std::string((std::istreambuf_iterator<char>(in)), {});
 }
 
+// The test accuracy in the last row of a --metrics CSV (its fourth
+// field), or -1 when there is no such row.
+double last_test_accuracy(const std::string &csv) {
+  std::istringstream in(slurp(csv));
+  std::string line, last;
+  while (std::getline(in, line))
+    last = line;
+  double fields[4];
+  if (sscanf(last.c_str(), "%lf,%lf,%lf,%lf", &fields[0], &fields[1],
+             &fields[2], &fields[3]) != 4)
+    return -1;
+  return fields[3];
+}
+
 TEST(HoopTrain, BadInputGivesAClearError) {
   std::string dir = temp_dir();
   ShellOutput r = run_shell(kTrain + " --data " + dir);
@@ -666,15 +655,8 @@ TEST(HoopTrain, LearnsFashionMnistOnTwoRanks) {
              "--train-limit "
              "6000 --test-limit 2000 --metrics " + dir + "/m.csv");
   ASSERT_EQ(r.status, 0) << r.text;
-  std::istringstream in(slurp(dir + "/m.csv"));
-  std::string line, last;
-  while (std::getline(in, line))
-    last = line;
-  double fields[4];
-  ASSERT_EQ(sscanf(last.c_str(), "%lf,%lf,%lf,%lf", &fields[0], &fields[1],
-                   &fields[2], &fields[3]), 4) << last;
-  EXPECT_GT(fields[3], 0.7) << "test accuracy after 2 epochs on 6000 "
-                               "samples; chance is 0.1";
+  EXPECT_GT(last_test_accuracy(dir + "/m.csv"), 0.7)
+      << "test accuracy after 2 epochs on 6000 samples; chance is 0.1";
   EXPECT_NE(r.text.find("sent/step 796840 B, model 796840 B"),
             std::string::npos) << r.text;
 }
@@ -697,14 +679,8 @@ TEST(HoopTrain, DeviceCudaLearnsOrIsRefusedWithTheReason) {
   }
   ASSERT_EQ(r.status, 0) << r.text;
   EXPECT_NE(r.text.find(" on cuda, "), std::string::npos) << r.text;
-  std::istringstream in(slurp(dir + "/m.csv"));
-  std::string line, last;
-  while (std::getline(in, line))
-    last = line;
-  double fields[4];
-  ASSERT_EQ(sscanf(last.c_str(), "%lf,%lf,%lf,%lf", &fields[0], &fields[1],
-                   &fields[2], &fields[3]), 4) << last;
-  EXPECT_GT(fields[3], 0.3) << "test accuracy after 3 epochs; chance is 0.1";
+  EXPECT_GT(last_test_accuracy(dir + "/m.csv"), 0.3)
+      << "test accuracy after 3 epochs; chance is 0.1";
 }
 
 TEST(HoopTrain, PlotsTheMetrics) {
