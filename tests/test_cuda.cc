@@ -4,7 +4,7 @@
 // the machine's GPU, ordered on each rank's stream; and, without a GPU, the
 // CUDA IPC schedules' traffic accounting against the cost model.
 //
-// Without a GPU every case skips with the reason.  The probe runs in a
+// Without a GPU every GPU case skips with the reason.  The probe runs in a
 // child process: a parent that initialised CUDA could not fork ranks that
 // use it.
 #include <gtest/gtest.h>

@@ -292,6 +292,8 @@ static double model_bytes(hoop_algo_t algo, int nranks, double k) {
     return 2.0 * (nranks - 1) * k / nranks;
   if (algo == HOOP_ALGO_PS)
     return (nranks - 1) * k;
+  if (algo == HOOP_ALGO_ONESHOT) /* CUDA IPC: every peer reads it whole */
+    return (nranks - 1) * k;
   return -1.0;
 }
 
@@ -371,22 +373,30 @@ static int allreduce_sums(hoop_comm_t comm, double *v, size_t n) {
                  HOOP_SUCCESS ? 0 : -1;
 }
 
+/*
+ * hoop's all-reduce counters: bytes sent, calls, the algorithm most used,
+ * and the time inside the calls (on device buffers, from each call to the
+ * GPU's completion of it).
+ */
 static uint64_t allreduce_bytes_sent(hoop_comm_t comm, uint64_t *calls,
-                                     hoop_algo_t *busiest) {
+                                     hoop_algo_t *busiest, double *seconds) {
   hoop_stats_t s;
-  uint64_t bytes = 0, most = 0;
+  uint64_t bytes = 0, most = 0, ns = 0;
   *calls = 0;
+  *seconds = 0;
   if (hoop_comm_get_stats(comm, &s) != HOOP_SUCCESS)
     return 0;
   for (int a = 0; a < HOOP_ALGO_COUNT; a++) {
     const hoop_coll_stats_t *c = &s.by_coll[HOOP_COLL_ALLREDUCE][a];
     bytes += c->bytes_sent;
     *calls += c->calls;
+    ns += c->time_ns;
     if (c->calls > most) {
       most = c->calls;
       *busiest = (hoop_algo_t)a;
     }
   }
+  *seconds = (double)ns * 1e-9;
   return bytes;
 }
 
@@ -487,7 +497,8 @@ static int train(const struct options *o, hoop_comm_t comm, int rank,
     long steps = (long)((count + (size_t)o->batch - 1) / (size_t)o->batch);
     uint64_t calls0, calls1;
     hoop_algo_t algo = o->algo;
-    uint64_t sent0 = allreduce_bytes_sent(comm, &calls0, &algo);
+    double hoop_s0, hoop_s1;
+    uint64_t sent0 = allreduce_bytes_sent(comm, &calls0, &algo, &hoop_s0);
     double comm0 = ddp_comm_seconds(t.ddp), wait0 = t.wait_s;
     double loss_sum = 0.0, t0 = now_s();
     long correct = 0;
@@ -521,7 +532,7 @@ static int train(const struct options *o, hoop_comm_t comm, int rank,
     double seconds = now_s() - t0;
     if (bar)
       fputc('\n', stderr);
-    uint64_t sent1 = allreduce_bytes_sent(comm, &calls1, &algo);
+    uint64_t sent1 = allreduce_bytes_sent(comm, &calls1, &algo, &hoop_s1);
     long syncs = (steps + o->accum_steps - 1) / o->accum_steps;
 
     double sums[3] = {loss_sum, (double)correct, (double)count};
@@ -543,7 +554,9 @@ static int train(const struct options *o, hoop_comm_t comm, int rank,
         .train_acc = sums[1] / sums[2],
         .test_acc = (double)test_right / (double)test_total,
         .seconds = seconds, .samples_per_s = sums[2] / seconds,
-        .comm_s = ddp_comm_seconds(t.ddp) - comm0,
+        /* On the GPU the communication thread only queues the calls. */
+        .comm_s = o->cuda ? hoop_s1 - hoop_s0
+                          : ddp_comm_seconds(t.ddp) - comm0,
         .wait_s = t.wait_s - wait0,
         .bytes_sent_per_step = (double)(sent1 - sent0) / (double)syncs,
         .model_bytes_per_step = model_bytes(algo, nranks, grad_bytes),
