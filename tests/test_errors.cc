@@ -115,6 +115,14 @@ TEST(Errors, StreamNeedsCuda) {
                                       nullptr));
         RANK_EXPECT(log, sum == nranks * (nranks - 1) / 2, "sum %lld",
                     (long long)sum);
+        // Host calls alone choose no device path; a NULL result is refused.
+        const char *path = nullptr;
+        RANK_EXPECT_OK(log, comm, hoop_comm_device_path(comm, &path));
+        RANK_EXPECT(log, path != nullptr && strcmp(path, "none") == 0,
+                    "device path %s", path);
+        res = hoop_comm_device_path(comm, nullptr);
+        RANK_EXPECT(log, res == HOOP_ERR_INVALID_ARGUMENT, "NULL gave %s",
+                    hoop_result_name(res));
       });
   EXPECT_TRUE(r.all_ok()) << describe(r);
 }
