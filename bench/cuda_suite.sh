@@ -10,6 +10,9 @@
 # Debian's libgtest-dev can take GoogleTest unpacked from that package into
 # .deps (git-ignored):
 #   apt-get download libgtest-dev && dpkg -x libgtest-dev_*.deb .deps
+# The bench also trains hoop-train on 2 ranks, on the GPU and on the CPU,
+# when Fashion-MNIST is there: in /usr/share/datasets/fashion-mnist, or
+# copied to .deps/fashion-mnist (30 MB) for a machine without the package.
 set -uo pipefail
 mode=${1:-all}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -53,6 +56,16 @@ if [ "$mode" = bench ] || [ "$mode" = all ]; then
   done
   python3 "$root/bench/cuda_ipc_bound.py" "$out/kernels.txt" \
     "$out"/allreduce-cuda-{2,4,8}ranks.jsonl | tee "$out/ipc-bound.txt"
+  data=/usr/share/datasets/fashion-mnist
+  [ -d "$data" ] || data=$root/.deps/fashion-mnist
+  if [ -d "$data" ]; then
+    for device in cuda cpu; do
+      "$run" --no-prefix -n 2 "$build/src/train/hoop-train" --quiet --data "$data" \
+        --device $device --epochs 5 --optim sgd --lr 0.1 --momentum 0.9 \
+        >"$out/train-2ranks-$device.txt" 2>&1 || status=1
+      echo "== hoop-train, 2 ranks, --device $device"; tail -3 "$out/train-2ranks-$device.txt"
+    done
+  fi
   python3 "$root/bench/cuda_ipc_bound.py" "$out/kernels.txt" \
     "$out"/allreduce-cuda-{2,8}ranks-chunk256M.jsonl | tee "$out/ipc-bound-chunk256M.txt"
   for transport in shm tcp; do
