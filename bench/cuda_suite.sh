@@ -56,6 +56,8 @@ if [ "$mode" = bench ] || [ "$mode" = all ]; then
   done
   python3 "$root/bench/cuda_ipc_bound.py" "$out/kernels.txt" \
     "$out"/allreduce-cuda-{2,4,8}ranks.jsonl | tee "$out/ipc-bound.txt"
+  python3 "$root/bench/cuda_ipc_bound.py" "$out/kernels.txt" \
+    "$out"/allreduce-cuda-{2,8}ranks-chunk256M.jsonl | tee "$out/ipc-bound-chunk256M.txt"
   data=/usr/share/datasets/fashion-mnist
   [ -d "$data" ] || data=$root/.deps/fashion-mnist
   if [ -d "$data" ]; then
@@ -66,8 +68,6 @@ if [ "$mode" = bench ] || [ "$mode" = all ]; then
       echo "== hoop-train, 2 ranks, --device $device"; tail -3 "$out/train-2ranks-$device.txt"
     done
   fi
-  python3 "$root/bench/cuda_ipc_bound.py" "$out/kernels.txt" \
-    "$out"/allreduce-cuda-{2,8}ranks-chunk256M.jsonl | tee "$out/ipc-bound-chunk256M.txt"
   for transport in shm tcp; do
     for m in host cuda; do
       HOOP_TRANSPORT=$transport "$run" --no-prefix -n 2 "$bench" -m $m \
