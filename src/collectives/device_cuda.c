@@ -263,6 +263,26 @@ static cudaError_t enqueue_gpu(struct hoop_comm *comm, struct hoop_device *d,
 
 /* ---- The proxy thread ---------------------------------------------------- */
 
+hoop_result_t hoop__device_pause(struct hoop_comm *comm, const int *poisoned,
+                                 int polls, const char *what) {
+  if (__atomic_load_n(poisoned, __ATOMIC_ACQUIRE))
+    return HOOP_ERROR(comm, HOOP_ERR_SYSTEM,
+                      "rank %d: a call's GPU work could not be queued "
+                      "whole, so it cannot finish (while %s)",
+                      comm->rank, what);
+  if (__atomic_load_n(&comm->aborted, __ATOMIC_ACQUIRE))
+    return HOOP_ERROR(comm, HOOP_ERR_ABORTED, "rank %d: aborted while %s",
+                      comm->rank, what);
+  /* GPU work takes microseconds to milliseconds: yield, then nap. */
+  if (polls < 2000) {
+    sched_yield();
+  } else {
+    struct timespec nap = {0, 20000};
+    nanosleep(&nap, NULL);
+  }
+  return HOOP_SUCCESS;
+}
+
 /* Waits for a counter the GPU writes, failing after the comm's timeout. */
 static hoop_result_t wait_flag(struct hoop_comm *comm, struct hoop_device *d,
                                const uint32_t *flag, uint32_t value,
@@ -271,25 +291,11 @@ static hoop_result_t wait_flag(struct hoop_comm *comm, struct hoop_device *d,
   for (int polls = 0;; polls++) {
     if (hoop__counter_reached(__atomic_load_n(flag, __ATOMIC_ACQUIRE), value))
       return HOOP_SUCCESS;
-    if (__atomic_load_n(&d->poisoned, __ATOMIC_ACQUIRE))
-      return HOOP_ERROR(comm, HOOP_ERR_SYSTEM,
-                        "rank %d: a call's GPU work could not be queued "
-                        "whole, so its counters will not come (while %s)",
-                        comm->rank, what);
-    if (__atomic_load_n(&comm->aborted, __ATOMIC_ACQUIRE))
-      return HOOP_ERROR(comm, HOOP_ERR_ABORTED, "rank %d: aborted while %s",
-                        comm->rank, what);
     if ((polls & 255) == 0 && hoop__now_ms() > deadline)
       return HOOP_ERROR(comm, HOOP_ERR_TIMEOUT,
                         "rank %d: timed out after %d ms %s", comm->rank,
                         comm->timeout_ms, what);
-    /* Copies take microseconds to milliseconds: yield, then nap. */
-    if (polls < 2000) {
-      sched_yield();
-    } else {
-      struct timespec nap = {0, 20000};
-      nanosleep(&nap, NULL);
-    }
+    HOOP_CHECK(hoop__device_pause(comm, &d->poisoned, polls, what));
   }
 }
 

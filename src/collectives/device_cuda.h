@@ -33,6 +33,15 @@ struct hoop_chunking hoop__chunking(const struct hoop_comm *comm,
 /* Elements per row in chunk i. */
 size_t hoop__chunk_elems(const struct hoop_chunking *k, size_t i);
 
+/*
+ * One round of the proxy's wait for the GPU, on either path: fails when a
+ * call's GPU work was only partly queued (*poisoned) or the comm was
+ * aborted, naming `what` it was waiting for; else yields the CPU, then
+ * naps as `polls` grows.
+ */
+hoop_result_t hoop__device_pause(struct hoop_comm *comm, const int *poisoned,
+                                 int polls, const char *what);
+
 /* A queued call on device buffers, as both paths see it. */
 struct hoop_device_call {
   struct hoop_call call;

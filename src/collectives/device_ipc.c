@@ -13,7 +13,6 @@
  * released (set far past anything queued) so that no GPU waits for ever.
  */
 #include <errno.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -348,14 +347,6 @@ static hoop_result_t watch(struct hoop_comm *comm,
     uint32_t now = hoop__ipc_phase(p->ipc, comm->rank);
     if (hoop__counter_reached(now, c->ipc_done))
       return outcome(comm, p, c, now);
-    if (__atomic_load_n(poisoned, __ATOMIC_ACQUIRE))
-      return HOOP_ERROR(comm, HOOP_ERR_SYSTEM,
-                        "rank %d: a call's GPU work could not be queued "
-                        "whole, so it cannot finish", comm->rank);
-    if (__atomic_load_n(&comm->aborted, __ATOMIC_ACQUIRE))
-      return HOOP_ERROR(comm, HOOP_ERR_ABORTED,
-                        "rank %d: aborted while the GPU ran a call over "
-                        "CUDA IPC", comm->rank);
     if ((polls & 255) == 0) {
       long long t = hoop__now_ms();
       if (now != last) {
@@ -388,13 +379,8 @@ static hoop_result_t watch(struct hoop_comm *comm,
                                       : now,
                           now, c->ipc_done);
     }
-    /* GPU work takes microseconds to milliseconds: yield, then nap. */
-    if (polls < 2000) {
-      sched_yield();
-    } else {
-      struct timespec nap = {0, 20000};
-      nanosleep(&nap, NULL);
-    }
+    HOOP_CHECK(hoop__device_pause(comm, poisoned, polls,
+                                  "the GPU ran a call over CUDA IPC"));
   }
 }
 

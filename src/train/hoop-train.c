@@ -373,31 +373,33 @@ static int allreduce_sums(hoop_comm_t comm, double *v, size_t n) {
                  HOOP_SUCCESS ? 0 : -1;
 }
 
-/*
- * hoop's all-reduce counters: bytes sent, calls, the algorithm most used,
- * and the time inside the calls (on device buffers, from each call to the
- * GPU's completion of it).
- */
-static uint64_t allreduce_bytes_sent(hoop_comm_t comm, uint64_t *calls,
-                                     hoop_algo_t *busiest, double *seconds) {
+/* hoop's all-reduce counters, summed over the algorithms. */
+struct allreduce_counts {
+  uint64_t sent, calls;
+  double seconds;      /* inside the calls; device buffers: to GPU completion */
+  hoop_algo_t busiest; /* the algorithm most calls used */
+};
+
+/* The counters now; busiest is `fallback` before the first all-reduce. */
+static struct allreduce_counts allreduce_counts(hoop_comm_t comm,
+                                                hoop_algo_t fallback) {
+  struct allreduce_counts n = {.busiest = fallback};
   hoop_stats_t s;
-  uint64_t bytes = 0, most = 0, ns = 0;
-  *calls = 0;
-  *seconds = 0;
+  uint64_t most = 0, ns = 0;
   if (hoop_comm_get_stats(comm, &s) != HOOP_SUCCESS)
-    return 0;
+    return n;
   for (int a = 0; a < HOOP_ALGO_COUNT; a++) {
     const hoop_coll_stats_t *c = &s.by_coll[HOOP_COLL_ALLREDUCE][a];
-    bytes += c->bytes_sent;
-    *calls += c->calls;
+    n.sent += c->bytes_sent;
+    n.calls += c->calls;
     ns += c->time_ns;
     if (c->calls > most) {
       most = c->calls;
-      *busiest = (hoop_algo_t)a;
+      n.busiest = (hoop_algo_t)a;
     }
   }
-  *seconds = (double)ns * 1e-9;
-  return bytes;
+  n.seconds = (double)ns * 1e-9;
+  return n;
 }
 
 static int train(const struct options *o, hoop_comm_t comm, int rank,
@@ -495,10 +497,7 @@ static int train(const struct options *o, hoop_comm_t comm, int rank,
       goto out_order;
     }
     long steps = (long)((count + (size_t)o->batch - 1) / (size_t)o->batch);
-    uint64_t calls0, calls1;
-    hoop_algo_t algo = o->algo;
-    double hoop_s0, hoop_s1;
-    uint64_t sent0 = allreduce_bytes_sent(comm, &calls0, &algo, &hoop_s0);
+    struct allreduce_counts before = allreduce_counts(comm, o->algo);
     double comm0 = ddp_comm_seconds(t.ddp), wait0 = t.wait_s;
     double loss_sum = 0.0, t0 = now_s();
     long correct = 0;
@@ -532,7 +531,7 @@ static int train(const struct options *o, hoop_comm_t comm, int rank,
     double seconds = now_s() - t0;
     if (bar)
       fputc('\n', stderr);
-    uint64_t sent1 = allreduce_bytes_sent(comm, &calls1, &algo, &hoop_s1);
+    struct allreduce_counts after = allreduce_counts(comm, o->algo);
     long syncs = (steps + o->accum_steps - 1) / o->accum_steps;
 
     double sums[3] = {loss_sum, (double)correct, (double)count};
@@ -555,12 +554,14 @@ static int train(const struct options *o, hoop_comm_t comm, int rank,
         .test_acc = (double)test_right / (double)test_total,
         .seconds = seconds, .samples_per_s = sums[2] / seconds,
         /* On the GPU the communication thread only queues the calls. */
-        .comm_s = o->cuda ? hoop_s1 - hoop_s0
+        .comm_s = o->cuda ? after.seconds - before.seconds
                           : ddp_comm_seconds(t.ddp) - comm0,
         .wait_s = t.wait_s - wait0,
-        .bytes_sent_per_step = (double)(sent1 - sent0) / (double)syncs,
-        .model_bytes_per_step = model_bytes(algo, nranks, grad_bytes),
-        .algo = calls1 > calls0 ? algo : o->algo};
+        .bytes_sent_per_step =
+            (double)(after.sent - before.sent) / (double)syncs,
+        .model_bytes_per_step = model_bytes(after.busiest, nranks,
+                                            grad_bytes),
+        .algo = after.calls > before.calls ? after.busiest : o->algo};
     r.compute_s = seconds - r.wait_s;
     char model[64] = "n/a for tree";
     if (r.model_bytes_per_step >= 0)
