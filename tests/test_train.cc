@@ -1,5 +1,6 @@
-// hoop-train's pieces: the IDX reader and its errors, the MLP's gradients
-// against finite differences, the optimisers against their formulas,
+// hoop-train's pieces: the IDX reader and its errors, the MLP's and the
+// CNN's gradients against finite differences, the layers against direct
+// formulas, the optimisers against their formulas,
 // sharding, data-parallel steps against one process with an N-times batch
 // (on the CPU, and on a CUDA device where there is one), checkpoints, and
 // the binary end to end on Fashion-MNIST.
@@ -26,7 +27,9 @@ extern "C" {
 #include "checkpoint.h"
 #include "dataset.h"
 #include "idx.h"
+#include "layers.h"
 #include "mlp.h"
+#include "model.h"
 #include "gpu.h"
 #include "optim.h"
 #include "trainer.h"
@@ -247,12 +250,16 @@ TEST(Dataset, ShardsCoverEveryIndexLikeDistributedSampler) {
   free(e2);
 }
 
-dataset_t random_dataset(size_t n, size_t features, unsigned seed) {
+// n images of rows x cols (an MLP sees rows * cols features).
+dataset_t random_dataset(size_t n, int rows, int cols, unsigned seed) {
   std::mt19937 gen(seed);
   std::normal_distribution<float> normal;
   dataset_t d = {};
+  size_t features = (size_t)rows * cols;
   d.n = n;
   d.features = features;
+  d.rows = rows;
+  d.cols = cols;
   d.classes = DATASET_CLASSES;
   d.x = (float *)malloc(n * features * sizeof(float));
   d.y = (uint8_t *)malloc(n);
@@ -263,29 +270,41 @@ dataset_t random_dataset(size_t n, size_t features, unsigned seed) {
   return d;
 }
 
+model_spec_t mlp_spec(int height, std::vector<int> hidden) {
+  model_spec_t spec = {};
+  spec.kind = MODEL_MLP;
+  spec.height = height;
+  spec.width = 1;
+  spec.classes = DATASET_CLASSES;
+  spec.nhidden = (int)hidden.size();
+  for (size_t i = 0; i < hidden.size(); i++)
+    spec.hidden[i] = hidden[i];
+  return spec;
+}
+
 TEST(Mlp, GradientMatchesFiniteDifferences) {
-  const int sizes[] = {6, 5, 4, 10};
-  mlp_t m;
+  model_spec_t spec = mlp_spec(6, {5, 4});
+  model_t m;
   char err[256];
-  ASSERT_EQ(mlp_init(&m, 3, sizes, 8, err, sizeof err), 0) << err;
+  ASSERT_EQ(model_init(&m, &spec, 8, err, sizeof err), 0) << err;
   rng_t rng;
   rng_seed(&rng, 3);
-  mlp_init_params(&m, &rng);
-  dataset_t d = random_dataset(5, 6, 9);
+  model_init_params(&m, &rng);
+  dataset_t d = random_dataset(5, 6, 1, 9);
   std::vector<size_t> idx = {0, 1, 2, 3, 4};
   auto loss_at = [&]() {
-    mlp_gather(&m, &d, idx.data(), 5);
-    mlp_forward(&m, 5);
-    return mlp_loss(&m, 5, d.y, 1.0f);
+    model_gather(&m, &d, idx.data(), 5);
+    model_forward(&m, 5, nullptr);
+    return model_loss(&m, 5, d.y, 1.0f);
   };
   std::vector<float> grads(m.nparams, 0.0f);
   loss_at();
   std::vector<int> layers_done;
-  mlp_backward(&m, 5, grads.data(),
-               [](void *ctx, int layer) {
-                 static_cast<std::vector<int> *>(ctx)->push_back(layer);
-               },
-               &layers_done);
+  model_backward(&m, 5, grads.data(),
+                 [](void *ctx, int layer) {
+                   static_cast<std::vector<int> *>(ctx)->push_back(layer);
+                 },
+                 &layers_done);
   EXPECT_EQ(layers_done, (std::vector<int>{2, 1, 0}));
   const float eps = 1e-2f;
   for (size_t i = 0; i < m.nparams; i++) {
@@ -300,7 +319,142 @@ TEST(Mlp, GradientMatchesFiniteDifferences) {
         << "parameter " << i;
   }
   dataset_free(&d);
-  mlp_free(&m);
+  model_free(&m);
+}
+
+// Each piece of the CNN against a direct loop: a convolution as the sum
+// over its window, pooling as the window's maximum.
+TEST(Layers, ConvolutionAndPoolingFollowTheirDefinitions) {
+  const int h = 7, w = 6, c = 3, k = 3, out = 4, batch = 2;
+  conv_shape_t s = conv_shape_of(h, w, c, k, out);
+  std::mt19937 gen(5);
+  std::normal_distribution<float> normal;
+  std::vector<float> x((size_t)batch * h * w * c), wb(out * (k * k * c + 1));
+  for (float &v : x)
+    v = normal(gen);
+  for (float &v : wb)
+    v = normal(gen);
+  std::vector<float> col((size_t)batch * s.oh * s.ow * conv_fan_in(&s));
+  std::vector<float> y((size_t)batch * s.oh * s.ow * out);
+  conv_im2col(&s, x.data(), batch, col.data());
+  conv_forward(&s, col.data(), batch, wb.data(), y.data());
+  auto at = [&](int b, int r, int q, int ch) {
+    return x[(((size_t)b * h + r) * w + q) * c + ch];
+  };
+  for (int b = 0; b < batch; b++)
+    for (int oy = 0; oy < s.oh; oy++)
+      for (int ox = 0; ox < s.ow; ox++)
+        for (int o = 0; o < out; o++) {
+          double want = wb[(size_t)out * k * k * c + o];
+          for (int ky = 0; ky < k; ky++)
+            for (int kx = 0; kx < k; kx++)
+              for (int ch = 0; ch < c; ch++)
+                want += (double)wb[(size_t)o * k * k * c + (ky * k + kx) * c +
+                                   ch] *
+                        at(b, oy + ky, ox + kx, ch);
+          float got = y[(((size_t)b * s.oh + oy) * s.ow + ox) * out + o];
+          ASSERT_NEAR(got, want, 1e-4 * (1 + std::fabs(want)))
+              << b << "," << oy << "," << ox << "," << o;
+        }
+  // Pooling of the odd-sized input drops its last row, as PyTorch does.
+  std::vector<float> p((size_t)batch * (h / 2) * (w / 2) * c);
+  std::vector<int32_t> arg(p.size());
+  maxpool2_forward(h, w, c, x.data(), batch, p.data(), arg.data());
+  for (int b = 0; b < batch; b++)
+    for (int py = 0; py < h / 2; py++)
+      for (int px = 0; px < w / 2; px++)
+        for (int ch = 0; ch < c; ch++) {
+          float want = std::max(
+              std::max(at(b, 2 * py, 2 * px, ch), at(b, 2 * py, 2 * px + 1, ch)),
+              std::max(at(b, 2 * py + 1, 2 * px, ch),
+                       at(b, 2 * py + 1, 2 * px + 1, ch)));
+          EXPECT_EQ(p[(((size_t)b * (h / 2) + py) * (w / 2) + px) * c + ch],
+                    want);
+        }
+}
+
+// Dropout keeps about 1 - p of the units, scales them by 1 / (1 - p), and
+// draws a sample's mask from its key alone.
+TEST(Layers, DropoutMasksDependOnTheSampleOnly) {
+  const int units = 2000;
+  std::vector<uint64_t> keys = {dropout_key(1, 0, 7), dropout_key(1, 0, 8),
+                                dropout_key(1, 1, 7)};
+  std::vector<float> scale(keys.size() * units);
+  dropout_masks(keys.data(), 3, 2, units, 0.5f, scale.data());
+  for (int b = 0; b < 3; b++) {
+    int kept = 0;
+    for (int u = 0; u < units; u++) {
+      float v = scale[(size_t)b * units + u];
+      ASSERT_TRUE(v == 0.0f || v == 2.0f) << v;
+      kept += v != 0.0f;
+    }
+    EXPECT_NEAR(kept, units / 2, 150) << "sample " << b;
+  }
+  EXPECT_NE(0, memcmp(&scale[0], &scale[units], units * sizeof(float)))
+      << "another sample, another mask";
+  EXPECT_NE(0, memcmp(&scale[0], &scale[2 * units], units * sizeof(float)))
+      << "another step, another mask";
+  // Sample 8 alone gets the mask it got beside sample 7.
+  std::vector<float> alone(units);
+  dropout_masks(&keys[1], 1, 2, units, 0.5f, alone.data());
+  EXPECT_EQ(0, memcmp(alone.data(), &scale[units], units * sizeof(float)));
+}
+
+// The CNN's hand-written backward pass against central differences, with
+// its dropout masks (fixed by the keys) and without them.
+TEST(Cnn, GradientMatchesFiniteDifferences) {
+  model_spec_t spec = {};
+  spec.kind = MODEL_CNN;
+  spec.height = 16;
+  spec.width = 17;
+  spec.classes = DATASET_CLASSES;
+  model_t m;
+  char err[256];
+  ASSERT_EQ(model_init(&m, &spec, 4, err, sizeof err), 0) << err;
+  EXPECT_EQ(m.nlayers, CNN_LAYERS);
+  rng_t rng;
+  rng_seed(&rng, 4);
+  model_init_params(&m, &rng);
+  dataset_t d = random_dataset(3, 16, 17, 12);
+  std::vector<size_t> idx = {0, 1, 2};
+  for (bool train : {true, false}) {
+    std::vector<uint64_t> keys;
+    for (size_t i : idx)
+      keys.push_back(dropout_key(9, 3, i));
+    const uint64_t *k = train ? keys.data() : nullptr;
+    auto loss_at = [&]() {
+      model_gather(&m, &d, idx.data(), 3);
+      model_forward(&m, 3, k);
+      return model_loss(&m, 3, d.y, 1.0f);
+    };
+    std::vector<float> grads(m.nparams, 0.0f);
+    loss_at();
+    std::vector<int> layers_done;
+    model_backward(&m, 3, grads.data(),
+                   [](void *ctx, int layer) {
+                     static_cast<std::vector<int> *>(ctx)->push_back(layer);
+                   },
+                   &layers_done);
+    EXPECT_EQ(layers_done, (std::vector<int>{3, 2, 1, 0}));
+    // Small steps: max-pooling and ReLU have kinks a step could cross.
+    const float eps = 2.5e-4f;
+    int checked = 0;
+    for (size_t i = 0; i < m.nparams; i += (i < m.offset[1] ? 1 : 7)) {
+      float keep = m.params[i];
+      m.params[i] = keep + eps;
+      double up = loss_at();
+      m.params[i] = keep - eps;
+      double down = loss_at();
+      m.params[i] = keep;
+      double numeric = (up - down) / (2.0 * eps);
+      EXPECT_NEAR(grads[i], numeric, 3e-3 + 2e-2 * std::fabs(numeric))
+          << (train ? "training" : "evaluating") << ", parameter " << i;
+      checked++;
+    }
+    EXPECT_GT(checked, 1000);
+  }
+  dataset_free(&d);
+  model_free(&m);
 }
 
 TEST(Optim, SgdAndAdamFollowPyTorchsFormulas) {
@@ -343,14 +497,17 @@ TEST(Optim, SgdAndAdamFollowPyTorchsFormulas) {
   }
 }
 
-trainer_config_t small_config(optim_kind_t kind, size_t bucket_bytes,
-                              int batch) {
+// The MLP 12-9-7-10, or the CNN on 16x16 images.
+trainer_config_t small_config(model_kind_t model, optim_kind_t kind,
+                              size_t bucket_bytes, int batch) {
   trainer_config_t c = {};
-  c.nlayers = 3;
-  c.sizes[0] = 12;
-  c.sizes[1] = 9;
-  c.sizes[2] = 7;
-  c.sizes[3] = DATASET_CLASSES;
+  c.model.kind = model;
+  c.model.height = model == MODEL_CNN ? 16 : 12;
+  c.model.width = model == MODEL_CNN ? 16 : 1;
+  c.model.classes = DATASET_CLASSES;
+  c.model.nhidden = 2;
+  c.model.hidden[0] = 9;
+  c.model.hidden[1] = 7;
   c.batch = batch;
   c.optim = kind;
   c.lr = kind == OPTIM_ADAM ? 0.01f : 0.1f;
@@ -367,18 +524,20 @@ struct DdpCase {
   size_t bucket_bytes;
   int accum;
   bool cuda = false;
+  model_kind_t model = MODEL_MLP;
 };
 
 void PrintTo(const DdpCase &c, std::ostream *os) {
   *os << c.nranks << " ranks, " << optim_name(c.optim) << ", bucket "
       << c.bucket_bytes << " B, " << c.accum << " accumulation steps"
-      << (c.cuda ? ", on CUDA" : "");
+      << (c.cuda ? ", on CUDA" : "") << ", " << model_kind_name(c.model);
 }
 
 class DataParallel : public ::testing::TestWithParam<DdpCase> {};
 
 // N ranks with batch B (and A accumulation steps) must follow one process
 // that takes N*A*B samples per update, and keep every replica identical.
+// The CNN's dropout masks follow the samples, so they agree too.
 // On CUDA the ranks compute with cuBLAS and average device gradients
 // through hoop; the reference stays the CPU one.
 TEST_P(DataParallel, MatchesOneProcessWithAnNTimesBatch) {
@@ -387,8 +546,10 @@ TEST_P(DataParallel, MatchesOneProcessWithAnNTimesBatch) {
     GTEST_SKIP() << cuda_missing();
   const int batch = 3, steps = 6;
   auto fn = [&](RankLog &log, hoop_comm_t comm, int rank, int nranks) {
-    dataset_t d = random_dataset(401, 12, 21);
-    trainer_config_t cfg = small_config(c.optim, c.bucket_bytes, batch);
+    trainer_config_t cfg =
+        small_config(c.model, c.optim, c.bucket_bytes, batch);
+    dataset_t d =
+        random_dataset(401, cfg.model.height, cfg.model.width, 21);
     cfg.cuda = c.cuda;
     trainer_t t;
     char err[512];
@@ -396,13 +557,14 @@ TEST_P(DataParallel, MatchesOneProcessWithAnNTimesBatch) {
       return log.fail("trainer_init: %s", err);
 
     // The reference: rank 0's initial parameters, all shards' samples.
-    mlp_t ref;
+    model_t ref;
     optim_t ref_opt;
-    mlp_init(&ref, cfg.nlayers, cfg.sizes, batch * nranks * c.accum, err,
-             sizeof err);
+    if (model_init(&ref, &cfg.model, batch * nranks * c.accum, err,
+                   sizeof err) != 0)
+      return log.fail("model_init: %s", err);
     rng_t rng;
     rng_seed(&rng, cfg.seed);
-    mlp_init_params(&ref, &rng);
+    model_init_params(&ref, &rng);
     optim_init(&ref_opt, cfg.optim, ref.nparams, cfg.lr, cfg.momentum,
                cfg.weight_decay);
     std::vector<float> ref_grads(ref.nparams);
@@ -429,14 +591,17 @@ TEST_P(DataParallel, MatchesOneProcessWithAnNTimesBatch) {
           all.insert(all.end(), shards[r].begin() + first,
                      shards[r].begin() + first + batch);
       }
-      for (size_t i : all)
+      std::vector<uint64_t> keys;
+      for (size_t i : all) {
         labels.push_back(d.y[i]);
+        keys.push_back(dropout_key(cfg.seed, ref_opt.steps, i));
+      }
       int global = (int)all.size();
       std::fill(ref_grads.begin(), ref_grads.end(), 0.0f);
-      mlp_gather(&ref, &d, all.data(), global);
-      mlp_forward(&ref, global);
-      mlp_loss(&ref, global, labels.data(), 1.0f / (float)global);
-      mlp_backward(&ref, global, ref_grads.data(), nullptr, nullptr);
+      model_gather(&ref, &d, all.data(), global);
+      model_forward(&ref, global, keys.data());
+      model_loss(&ref, global, labels.data(), 1.0f / (float)global);
+      model_backward(&ref, global, ref_grads.data(), nullptr, nullptr);
       optim_step(&ref_opt, ref.params, ref_grads.data());
 
       if (trainer_pull_state(&t, err, sizeof err) != 0)
@@ -458,7 +623,7 @@ TEST_P(DataParallel, MatchesOneProcessWithAnNTimesBatch) {
         return log.fail("update %d: replicas differ", update);
     }
     optim_free(&ref_opt);
-    mlp_free(&ref);
+    model_free(&ref);
     trainer_free(&t);
     dataset_free(&d);
   };
@@ -477,23 +642,27 @@ INSTANTIATE_TEST_SUITE_P(
                       DdpCase{8, OPTIM_ADAM, 400, 2},
                       DdpCase{1, OPTIM_SGD, 1 << 20, 1, true},
                       DdpCase{2, OPTIM_ADAM, 1, 1, true},
-                      DdpCase{3, OPTIM_SGD, 400, 2, true}),
+                      DdpCase{3, OPTIM_SGD, 400, 2, true},
+                      DdpCase{1, OPTIM_SGD, 1 << 20, 1, false, MODEL_CNN},
+                      DdpCase{2, OPTIM_SGD, 4096, 2, false, MODEL_CNN},
+                      DdpCase{3, OPTIM_ADAM, 1, 1, false, MODEL_CNN}),
     [](const ::testing::TestParamInfo<DdpCase> &i) {
       return std::to_string(i.param.nranks) + "ranks_" +
              optim_name(i.param.optim) + "_bucket" +
              std::to_string(i.param.bucket_bytes) + "_accum" +
-             std::to_string(i.param.accum) + (i.param.cuda ? "_cuda" : "");
+             std::to_string(i.param.accum) + (i.param.cuda ? "_cuda" : "") +
+             (i.param.model == MODEL_CNN ? "_cnn" : "");
     });
 
 TEST(Checkpoint, RoundTripsAndRefusesWhatDoesNotFit) {
   std::string dir = temp_dir(), path = dir + "/ckpt";
-  const int sizes[] = {4, 3, 10};
-  mlp_t m;
+  model_spec_t spec = mlp_spec(4, {3});
+  model_t m;
   char err[512];
-  ASSERT_EQ(mlp_init(&m, 2, sizes, 1, err, sizeof err), 0);
+  ASSERT_EQ(model_init(&m, &spec, 1, err, sizeof err), 0);
   rng_t rng;
   rng_seed(&rng, 2);
-  mlp_init_params(&m, &rng);
+  model_init_params(&m, &rng);
   optim_t o;
   ASSERT_EQ(optim_init(&o, OPTIM_ADAM, m.nparams, 0.1f, 0, 0), 0);
   std::vector<float> g(m.nparams, 0.5f);
@@ -502,9 +671,9 @@ TEST(Checkpoint, RoundTripsAndRefusesWhatDoesNotFit) {
   ASSERT_EQ(ckpt_save(path.c_str(), &m, &o, 3, 77, err, sizeof err), 0)
       << err;
 
-  mlp_t back;
+  model_t back;
   optim_t back_opt;
-  mlp_init(&back, 2, sizes, 1, err, sizeof err);
+  model_init(&back, &spec, 1, err, sizeof err);
   optim_init(&back_opt, OPTIM_ADAM, back.nparams, 0.1f, 0, 0);
   int epochs = 0;
   ASSERT_EQ(ckpt_load(path.c_str(), &back, &back_opt, &epochs, 77, err,
@@ -519,15 +688,29 @@ TEST(Checkpoint, RoundTripsAndRefusesWhatDoesNotFit) {
   EXPECT_NE(ckpt_load(path.c_str(), &back, &back_opt, &epochs, 78, err,
                       sizeof err), 0);
   EXPECT_NE(std::string(err).find("--seed 77"), std::string::npos) << err;
-  const int other[] = {4, 5, 10};
-  mlp_t wrong;
-  mlp_init(&wrong, 2, other, 1, err, sizeof err);
+  model_spec_t other = mlp_spec(4, {5});
+  model_t wrong;
+  model_init(&wrong, &other, 1, err, sizeof err);
   optim_t wrong_opt;
   optim_init(&wrong_opt, OPTIM_ADAM, wrong.nparams, 0.1f, 0, 0);
   EXPECT_NE(ckpt_load(path.c_str(), &wrong, &wrong_opt, &epochs, 77, err,
                       sizeof err), 0);
-  EXPECT_NE(std::string(err).find("holds an MLP 4-3-10, this run builds "
-                                  "4-5-10"), std::string::npos) << err;
+  EXPECT_NE(std::string(err).find("holds a model mlp 4-3-10, this run "
+                                  "builds mlp 4-5-10"), std::string::npos)
+      << err;
+  model_spec_t cnn = {};
+  cnn.kind = MODEL_CNN;
+  cnn.height = cnn.width = 16;
+  cnn.classes = DATASET_CLASSES;
+  model_t conv;
+  ASSERT_EQ(model_init(&conv, &cnn, 1, err, sizeof err), 0) << err;
+  optim_t conv_opt;
+  optim_init(&conv_opt, OPTIM_ADAM, conv.nparams, 0.1f, 0, 0);
+  EXPECT_NE(ckpt_load(path.c_str(), &conv, &conv_opt, &epochs, 77, err,
+                      sizeof err), 0);
+  EXPECT_NE(std::string(err).find("this run builds cnn 16x16 "
+                                  "conv10-conv20-50-10"), std::string::npos)
+      << err;
   optim_t sgd;
   optim_init(&sgd, OPTIM_SGD, back.nparams, 0.1f, 0, 0);
   EXPECT_NE(ckpt_load(path.c_str(), &back, &sgd, &epochs, 77, err,
@@ -551,10 +734,10 @@ TEST(Checkpoint, RoundTripsAndRefusesWhatDoesNotFit) {
                       sizeof err), 0);
   EXPECT_NE(std::string(err).find("No such file"), std::string::npos) << err;
 
-  for (optim_t *p : {&o, &back_opt, &wrong_opt, &sgd})
+  for (optim_t *p : {&o, &back_opt, &wrong_opt, &conv_opt, &sgd})
     optim_free(p);
-  for (mlp_t *p : {&m, &back, &wrong})
-    mlp_free(p);
+  for (model_t *p : {&m, &back, &wrong, &conv})
+    model_free(p);
 }
 
 using hooptest::run_shell;
@@ -600,11 +783,21 @@ TEST(HoopTrain, BadInputGivesAClearError) {
   EXPECT_NE(r.text.find(labels), std::string::npos) << r.text;
   for (const char *args : {"--epochs 0", "--optim rmsprop", "--algo star",
                            "--hidden 10,x", "--lr -1", "--resume",
+                           "--model rnn", "--model cnn --hidden 10",
                            "--batch 9999999", "stray"}) {
     r = run_shell(kTrain + " " + args);
     EXPECT_EQ(r.status, 2) << args << ": " << r.text;
     EXPECT_NE(r.text.find("hoop-train: "), std::string::npos) << r.text;
   }
+  // 4x4 images leave nothing after the CNN's convolutions and pools.
+  std::string tiny = temp_dir();
+  write_set(tiny, "train", 20, 4, 4, false);
+  write_set(tiny, "t10k", 10, 4, 4, false);
+  r = run_shell(kTrain + " --quiet --epochs 1 --model cnn --data " + tiny);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.text.find("the CNN takes images of 16x16 to 4096x4096 pixels "
+                        "and at least one class, not 4x4"),
+            std::string::npos) << r.text;
 }
 
 TEST(HoopTrain, ResumeContinuesExactlyAsAnUninterruptedRun) {
@@ -659,6 +852,27 @@ TEST(HoopTrain, LearnsFashionMnistOnTwoRanks) {
       << "test accuracy after 2 epochs on 6000 samples; chance is 0.1";
   EXPECT_NE(r.text.find("sent/step 796840 B, model 796840 B"),
             std::string::npos) << r.text;
+}
+
+TEST(HoopTrain, CnnLearnsFashionMnistOnTwoRanks) {
+  if (access((kFashion + "/train-images-idx3-ubyte.gz").c_str(), R_OK) != 0)
+    GTEST_SKIP() << "Fashion-MNIST is not installed (apt-get install "
+                    "dataset-fashion-mnist)";
+  std::string dir = temp_dir();
+  ShellOutput r = run_shell(kRun + " -n 2 " + kTrain +
+                            " --quiet --model cnn --epochs 2 --optim sgd "
+                            "--lr 0.05 --train-limit 6000 --test-limit 2000 "
+                            "--algo ring --metrics " + dir + "/m.csv");
+  ASSERT_EQ(r.status, 0) << r.text;
+  EXPECT_NE(r.text.find("cnn 28x28 conv10-conv20-50-10 (21840 parameters"),
+            std::string::npos) << r.text;
+  EXPECT_GT(last_test_accuracy(dir + "/m.csv"), 0.6)
+      << "test accuracy after 2 epochs on 6000 samples; chance is 0.1";
+  // The CNN runs on the CPU only; --device cuda says so on every rank.
+  r = run_shell(kRun + " -n 2 " + kTrain + " --quiet --model cnn --device "
+                "cuda --epochs 1 --train-limit 100 --test-limit 100");
+  EXPECT_NE(r.status, 0) << r.text;
+  EXPECT_NE(r.text.find("--device cuda"), std::string::npos) << r.text;
 }
 
 // With a GPU, two ranks sharing it learn; without one (or without CUDA in

@@ -14,12 +14,12 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#define CKPT_MAGIC "HOOPCKP1"
+/* 2: the model's shape as text, so that either network fits. */
+#define CKPT_MAGIC "HOOPCKP2"
 
 struct ckpt_header {
   char magic[8];
-  int32_t nlayers;
-  int32_t sizes[MLP_MAX_LAYERS + 1];
+  char shape[96]; /* model_describe */
   int32_t optim;
   int32_t epochs_done;
   int64_t optim_steps;
@@ -42,21 +42,12 @@ static int write_all(int fd, const void *buf, size_t len, uLong *crc) {
   return 0;
 }
 
-static void describe(const mlp_t *m, char *buf, size_t len) {
-  size_t used = 0;
-  for (int l = 0; l <= m->nlayers && used < len; l++)
-    used += (size_t)snprintf(buf + used, len - used, "%s%d", l ? "-" : "",
-                             m->sizes[l]);
-}
-
-int ckpt_save(const char *path, const mlp_t *m, const optim_t *o,
+int ckpt_save(const char *path, const model_t *m, const optim_t *o,
               int epochs_done, uint64_t seed, char *err, size_t errlen) {
   struct ckpt_header h;
   memset(&h, 0, sizeof h);
   memcpy(h.magic, CKPT_MAGIC, sizeof h.magic);
-  h.nlayers = m->nlayers;
-  for (int l = 0; l <= m->nlayers; l++)
-    h.sizes[l] = m->sizes[l];
+  model_describe(&m->spec, h.shape, sizeof h.shape);
   h.optim = o->kind;
   h.epochs_done = epochs_done;
   h.optim_steps = o->steps;
@@ -108,7 +99,7 @@ static int read_part(FILE *f, void *buf, size_t len, uLong *crc) {
   return 0;
 }
 
-int ckpt_load(const char *path, mlp_t *m, optim_t *o, int *epochs_done,
+int ckpt_load(const char *path, model_t *m, optim_t *o, int *epochs_done,
               uint64_t seed, char *err, size_t errlen) {
   FILE *f = fopen(path, "rb");
   if (f == NULL) {
@@ -118,24 +109,18 @@ int ckpt_load(const char *path, mlp_t *m, optim_t *o, int *epochs_done,
   struct ckpt_header h;
   uLong crc = crc32(0L, Z_NULL, 0);
   int rc = -1;
-  char want[128], have[128];
+  char want[sizeof h.shape];
   if (read_part(f, &h, sizeof h, &crc) != 0 ||
       memcmp(h.magic, CKPT_MAGIC, sizeof h.magic) != 0) {
     snprintf(err, errlen, "checkpoint %s: not a hoop-train checkpoint",
              path);
     goto out;
   }
-  int same = h.nlayers == m->nlayers && h.nparams == m->nparams;
-  for (int l = 0; same && l <= m->nlayers; l++)
-    same = h.sizes[l] == m->sizes[l];
-  if (!same) {
-    mlp_t shape = {.nlayers = h.nlayers > 0 && h.nlayers <= MLP_MAX_LAYERS
-                                  ? h.nlayers : 0};
-    memcpy(shape.sizes, h.sizes, sizeof shape.sizes);
-    describe(&shape, have, sizeof have);
-    describe(m, want, sizeof want);
-    snprintf(err, errlen, "checkpoint %s holds an MLP %s, this run builds "
-             "%s", path, have, want);
+  model_describe(&m->spec, want, sizeof want);
+  h.shape[sizeof h.shape - 1] = '\0';
+  if (strcmp(h.shape, want) != 0 || h.nparams != m->nparams) {
+    snprintf(err, errlen, "checkpoint %s holds a model %s, this run builds "
+             "%s", path, h.shape, want);
     goto out;
   }
   if (h.optim != (int32_t)o->kind) {

@@ -9,19 +9,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "mlp.h"
+#include "model.h"
 #include "optim.h"
 
-int ckpt_save(const char *path, const mlp_t *m, const optim_t *o,
+int ckpt_save(const char *path, const model_t *m, const optim_t *o,
               int epochs_done, uint64_t seed, char *err, size_t errlen);
 
 /*
- * Reads a checkpoint into m and o, which must already have the layer
- * widths and optimiser kind it was written with; a checkpoint of another
+ * Reads a checkpoint into m and o, which must already have the model
+ * shape and optimiser kind it was written with; a checkpoint of another
  * shape, another seed, a truncated or altered file is refused with the
  * reason in err.  Returns 0, or -1.
  */
-int ckpt_load(const char *path, mlp_t *m, optim_t *o, int *epochs_done,
+int ckpt_load(const char *path, model_t *m, optim_t *o, int *epochs_done,
               uint64_t seed, char *err, size_t errlen);
 
 #endif

@@ -63,6 +63,8 @@ int dataset_load(const char *dir, const char *prefix, size_t limit,
   memcpy(out->y, labels.data, n);
   out->n = n;
   out->features = features;
+  out->rows = (int)images.dims[1];
+  out->cols = (int)images.dims[2];
   out->classes = DATASET_CLASSES;
   rc = 0;
 out_free:

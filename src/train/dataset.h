@@ -11,7 +11,8 @@
 
 typedef struct dataset {
   size_t n;          /* samples */
-  size_t features;   /* pixels per sample */
+  size_t features;   /* pixels per sample: rows x cols */
+  int rows, cols;
   float *x;          /* n x features, normalised */
   uint8_t *y;        /* n labels, each < classes */
   int classes;

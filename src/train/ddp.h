@@ -35,7 +35,7 @@ size_t ddp_bucket_bytes(const ddp_t *d, int i);
 
 /* Starts a step whose gradients are averaged (the last micro-step). */
 void ddp_begin_sync(ddp_t *d);
-/* mlp_layer_done_fn: layer l's gradients are final for this step. */
+/* layer_done_fn: layer l's gradients are final for this step. */
 void ddp_layer_done(void *ddp, int layer);
 
 /*

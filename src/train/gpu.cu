@@ -260,7 +260,7 @@ extern "C" int gpu_mlp_forward(gpu_mlp_t *g, mlp_t *m, int batch, char *err,
 }
 
 extern "C" int gpu_mlp_backward(gpu_mlp_t *g, const mlp_t *m, int batch,
-                                mlp_layer_done_fn done, void *ctx, char *err,
+                                layer_done_fn done, void *ctx, char *err,
                                 size_t errlen) {
   const float one = 1.0f, zero = 0.0f;
   int classes = g->sizes[g->nlayers];

@@ -54,7 +54,7 @@ int gpu_mlp_forward(gpu_mlp_t *g, mlp_t *m, int batch, char *err,
  * gradient work is queued (later work on the stream sees it).
  */
 int gpu_mlp_backward(gpu_mlp_t *g, const mlp_t *m, int batch,
-                     mlp_layer_done_fn done, void *ctx, char *err,
+                     layer_done_fn done, void *ctx, char *err,
                      size_t errlen);
 
 /* One optimiser update with o's rules (o->steps counts it), then zeroes

@@ -36,7 +36,7 @@ int gpu_mlp_forward(gpu_mlp_t *g, mlp_t *m, int batch, char *err,
 }
 
 int gpu_mlp_backward(gpu_mlp_t *g, const mlp_t *m, int batch,
-                     mlp_layer_done_fn done, void *ctx, char *err,
+                     layer_done_fn done, void *ctx, char *err,
                      size_t errlen) {
   return no_cuda(err, errlen);
 }

@@ -1,5 +1,6 @@
 /*
- * hoop-train: data-parallel training of an MLP on an IDX image set
+ * hoop-train: data-parallel training of an MLP or a small CNN on an IDX
+ * image set
  * (Fashion-MNIST by default), gradients averaged by hoop.  Started alone it
  * trains as one rank; under hoop-run, mpirun, srun or torchrun it joins the
  * other ranks through hoop_comm_init_env.
@@ -29,7 +30,8 @@ extern char **environ;
 
 struct options {
   const char *data;
-  const char *hidden;
+  const char *hidden; /* NULL: the default, 200,200 */
+  model_kind_t model;
   int epochs, batch, accum_steps, threads;
   optim_kind_t optim;
   float lr, momentum, weight_decay;
@@ -50,7 +52,11 @@ static void usage(FILE *to) {
     "  --data DIR          IDX files train-/t10k-{images-idx3,labels-idx1}"
     "-ubyte[.gz]\n"
     "                      (default " DEFAULT_DATA ")\n"
-    "  --hidden W,W,...    hidden layer widths (default 200,200)\n"
+    "  --model mlp|cnn     the MLP, or the CNN of PyTorch's MNIST example\n"
+    "                      (conv 5x5x10, pool, conv 5x5x20, dropout, pool,\n"
+    "                      50, dropout, 10) (default mlp)\n"
+    "  --hidden W,W,...    the MLP's hidden layer widths, or none (default "
+    "200,200)\n"
     "  --epochs N          (default 10)\n"
     "  --batch N           samples per rank per step (default 64)\n"
     "  --accum-steps N     steps whose gradients add up before one update "
@@ -106,8 +112,8 @@ static int parse_float(const char *text, float *out) {
   return 0;
 }
 
-static int parse_hidden(const char *text, trainer_config_t *cfg) {
-  cfg->nlayers = 1;
+static int parse_hidden(const char *text, model_spec_t *spec) {
+  spec->nhidden = 0;
   if (strcmp(text, "none") == 0)
     return 0;
   char buf[256];
@@ -115,9 +121,9 @@ static int parse_hidden(const char *text, trainer_config_t *cfg) {
   for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok != NULL;
        tok = strtok_r(NULL, ",", &save)) {
     long w;
-    if (cfg->nlayers >= MLP_MAX_LAYERS || parse_long(tok, 1, 65536, &w))
+    if (spec->nhidden >= MLP_MAX_LAYERS - 1 || parse_long(tok, 1, 65536, &w))
       return -1;
-    cfg->sizes[cfg->nlayers++] = (int)w;
+    spec->hidden[spec->nhidden++] = (int)w;
   }
   return 0;
 }
@@ -126,7 +132,7 @@ static int parse_args(int argc, char **argv, struct options *o) {
   enum { O_DATA = 256, O_HIDDEN, O_EPOCHS, O_BATCH, O_ACCUM, O_OPTIM, O_LR,
          O_MOMENTUM, O_WD, O_BUCKET, O_ALGO, O_SEED, O_TRAIN_LIMIT,
          O_TEST_LIMIT, O_THREADS, O_METRICS, O_PLOT, O_CHECKPOINT, O_RESUME,
-         O_QUIET, O_HELP, O_DEVICE };
+         O_QUIET, O_HELP, O_DEVICE, O_MODEL };
   static const struct option longopts[] = {
       {"data", 1, 0, O_DATA},         {"hidden", 1, 0, O_HIDDEN},
       {"epochs", 1, 0, O_EPOCHS},     {"batch", 1, 0, O_BATCH},
@@ -139,9 +145,9 @@ static int parse_args(int argc, char **argv, struct options *o) {
       {"threads", 1, 0, O_THREADS},   {"metrics", 1, 0, O_METRICS},
       {"plot", 1, 0, O_PLOT},         {"checkpoint", 1, 0, O_CHECKPOINT},
       {"resume", 0, 0, O_RESUME},     {"quiet", 0, 0, O_QUIET},
-      {"device", 1, 0, O_DEVICE},
+      {"device", 1, 0, O_DEVICE},     {"model", 1, 0, O_MODEL},
       {"help", 0, 0, O_HELP},         {0, 0, 0, 0}};
-  *o = (struct options){.data = DEFAULT_DATA, .hidden = "200,200",
+  *o = (struct options){.data = DEFAULT_DATA, .model = MODEL_MLP,
                         .epochs = 10, .batch = 64, .accum_steps = 1,
                         .threads = 1, .optim = OPTIM_ADAM, .momentum = 0.9f,
                         .bucket_bytes = 128 << 10, .algo = HOOP_ALGO_AUTO,
@@ -231,6 +237,11 @@ static int parse_args(int argc, char **argv, struct options *o) {
         return die_usage("--device is cpu or cuda, not \"%s\"", optarg);
       o->cuda = strcmp(optarg, "cuda") == 0;
       break;
+    case O_MODEL:
+      if (model_kind_parse(optarg) < 0)
+        return die_usage("--model is mlp or cnn, not \"%s\"", optarg);
+      o->model = (model_kind_t)model_kind_parse(optarg);
+      break;
     case 'h':
     case O_HELP: usage(stdout); exit(0);
     default: return 2;
@@ -240,6 +251,13 @@ static int parse_args(int argc, char **argv, struct options *o) {
     return die_usage("unexpected argument \"%s\"", argv[optind]);
   if (o->resume && o->checkpoint == NULL)
     return die_usage("--resume needs --checkpoint FILE");
+  if (o->hidden != NULL && o->model != MODEL_MLP)
+    return die_usage("--hidden shapes the MLP; the CNN's layers are fixed");
+  model_spec_t check;
+  if (o->hidden != NULL && parse_hidden(o->hidden, &check) != 0)
+    return die_usage("--hidden wants up to %d widths 1..65536 separated by "
+                     "commas, or none, not \"%s\"", MLP_MAX_LAYERS - 1,
+                     o->hidden);
   if (!o->lr_given)
     o->lr = o->optim == OPTIM_ADAM ? 0.001f : 0.05f;
   if (o->plot != NULL && o->metrics == NULL) {
@@ -422,9 +440,10 @@ static int train(const struct options *o, hoop_comm_t comm, int rank,
                           .weight_decay = o->weight_decay,
                           .bucket_bytes = o->bucket_bytes, .seed = o->seed,
                           .cuda = o->cuda};
-  parse_hidden(o->hidden, &cfg);
-  cfg.sizes[0] = (int)train_set.features;
-  cfg.sizes[cfg.nlayers] = train_set.classes;
+  cfg.model = (model_spec_t){.kind = o->model, .height = train_set.rows,
+                             .width = train_set.cols,
+                             .classes = train_set.classes};
+  parse_hidden(o->hidden != NULL ? o->hidden : "200,200", &cfg.model);
   int rc = 1;
   trainer_t t;
   size_t *order = NULL;
@@ -469,9 +488,9 @@ static int train(const struct options *o, hoop_comm_t comm, int rank,
     metrics = open_metrics(o);
     if (o->metrics != NULL && metrics == NULL)
       goto out_trainer;
-    printf("hoop-train: %d rank%s, MLP", nranks, nranks > 1 ? "s" : "");
-    for (int l = 0; l <= cfg.nlayers; l++)
-      printf("%s%d", l ? "-" : " ", cfg.sizes[l]);
+    char shape[96];
+    model_describe(&cfg.model, shape, sizeof shape);
+    printf("hoop-train: %d rank%s, %s", nranks, nranks > 1 ? "s" : "", shape);
     printf(" (%zu parameters, %zu gradient bytes) on %s, %s lr %g, batch %d "
            "per rank x %d accumulation step%s, %zu train / %zu test "
            "samples\n",
@@ -601,10 +620,6 @@ int main(int argc, char **argv) {
   int rc = parse_args(argc, argv, &o);
   if (rc != 0)
     return rc;
-  trainer_config_t probe = {0};
-  if (parse_hidden(o.hidden, &probe) != 0)
-    return die_usage("--hidden wants up to %d widths 1..65536 separated by "
-                     "commas, not \"%s\"", MLP_MAX_LAYERS - 1, o.hidden);
   openblas_set_num_threads(o.threads);
 
   hoop_comm_t comm;

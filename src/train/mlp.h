@@ -1,7 +1,7 @@
 /*
  * A multi-layer perceptron: linear layers with ReLU between them and a
  * softmax cross-entropy loss, forward and backward written by hand over
- * cblas_sgemm.  Parameters live in one flat array, layer by layer (each
+ * layers.h.  Parameters live in one flat array, layer by layer (each
  * layer's weights [out][in] then its bias), so that gradients of whole
  * layers are contiguous ranges that data parallelism can reduce in
  * buckets.
@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "dataset.h"
+#include "layers.h"
 
 #define MLP_MAX_LAYERS 8
 
@@ -29,9 +30,6 @@ typedef struct mlp {
   float *delta[2]; /* backward ping-pong, batch_cap x widest layer */
 } mlp_t;
 
-/* Called by mlp_backward once layer l's gradients are final. */
-typedef void (*mlp_layer_done_fn)(void *ctx, int layer);
-
 /* sizes has nlayers + 1 widths.  Returns 0, or -1 with err set. */
 int mlp_init(mlp_t *m, int nlayers, const int *sizes, int batch_cap,
              char *err, size_t errlen);
@@ -39,9 +37,6 @@ void mlp_free(mlp_t *m);
 
 /* PyTorch's nn.Linear default: U(-1/sqrt(fan_in), 1/sqrt(fan_in)). */
 void mlp_init_params(mlp_t *m, rng_t *rng);
-
-/* Copies the rows `idx` of x into the input batch. */
-void mlp_gather(mlp_t *m, const dataset_t *d, const size_t *idx, int batch);
 
 /* Logits of the input batch, in m->act[m->nlayers]. */
 void mlp_forward(mlp_t *m, int batch);
@@ -59,7 +54,7 @@ double mlp_loss(mlp_t *m, int batch, const uint8_t *labels, float scale);
  * Adds the gradient of the loss behind the last mlp_loss to grads (same
  * layout as params), last layer first, calling done after each layer.
  */
-void mlp_backward(mlp_t *m, int batch, float *grads, mlp_layer_done_fn done,
+void mlp_backward(mlp_t *m, int batch, float *grads, layer_done_fn done,
                   void *ctx);
 
 #endif

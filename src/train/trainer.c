@@ -18,7 +18,12 @@ static int comm_error(trainer_t *t, const char *what, hoop_result_t res,
  */
 static int start_gpu(trainer_t *t, char *err, size_t errlen) {
   char mine[256] = "";
-  t->gpu = gpu_mlp_create(&t->model, &t->opt, t->rank, mine, sizeof mine);
+  if (t->model.spec.kind == MODEL_MLP)
+    t->gpu = gpu_mlp_create(&t->model.net.mlp, &t->opt, t->rank, mine,
+                            sizeof mine);
+  else
+    snprintf(mine, sizeof mine, "--device cuda trains the MLP only; train "
+             "the CNN with --device cpu");
   int32_t ok = t->gpu != NULL;
   hoop_result_t res =
       hoop_allreduce(t->comm, &ok, &ok, 1, HOOP_I32, HOOP_MIN, NULL);
@@ -47,8 +52,7 @@ int trainer_init(trainer_t *t, hoop_comm_t comm, const trainer_config_t *cfg,
     return -1;
   }
   int eval_batch = cfg->batch > 1000 ? cfg->batch : 1000;
-  if (mlp_init(&t->model, cfg->nlayers, cfg->sizes, eval_batch, err,
-               errlen) != 0)
+  if (model_init(&t->model, &cfg->model, eval_batch, err, errlen) != 0)
     return -1;
   t->grads = calloc(t->model.nparams, sizeof *t->grads);
   if (t->grads == NULL ||
@@ -62,7 +66,7 @@ int trainer_init(trainer_t *t, hoop_comm_t comm, const trainer_config_t *cfg,
   if (t->rank == 0) {
     rng_t rng;
     rng_seed(&rng, cfg->seed);
-    mlp_init_params(&t->model, &rng);
+    model_init_params(&t->model, &rng);
   }
   hoop_result_t res = hoop_broadcast(comm, t->model.params, t->model.params,
                                      t->model.nparams, HOOP_F32, 0, NULL);
@@ -91,15 +95,16 @@ void trainer_free(trainer_t *t) {
   gpu_mlp_destroy(t->gpu);
   optim_free(&t->opt);
   free(t->grads);
-  mlp_free(&t->model);
+  model_free(&t->model);
   memset(t, 0, sizeof *t);
 }
 
-/* Logits of the gathered batch in t->model.act[nlayers], on the host. */
-static int forward(trainer_t *t, int batch, char *err, size_t errlen) {
+/* Logits of the gathered batch in t->model.logits, on the host. */
+static int forward(trainer_t *t, int batch, const uint64_t *dropout_keys,
+                   char *err, size_t errlen) {
   if (t->gpu != NULL)
-    return gpu_mlp_forward(t->gpu, &t->model, batch, err, errlen);
-  mlp_forward(&t->model, batch);
+    return gpu_mlp_forward(t->gpu, &t->model.net.mlp, batch, err, errlen);
+  model_forward(&t->model, batch, dropout_keys);
   return 0;
 }
 
@@ -112,21 +117,24 @@ int trainer_step(trainer_t *t, const dataset_t *d, const size_t *idx,
     return -1;
   }
   uint8_t labels[batch];
-  for (int b = 0; b < batch; b++)
+  uint64_t keys[batch];
+  for (int b = 0; b < batch; b++) {
     labels[b] = d->y[idx[b]];
-  mlp_gather(&t->model, d, idx, batch);
-  if (forward(t, batch, err, errlen) != 0)
+    keys[b] = dropout_key(t->cfg.seed, t->opt.steps, idx[b]);
+  }
+  model_gather(&t->model, d, idx, batch);
+  if (forward(t, batch, keys, err, errlen) != 0)
     return -1;
-  *correct += mlp_correct(&t->model, batch, labels);
-  *loss_sum += mlp_loss(&t->model, batch, labels, scale);
+  *correct += model_correct(&t->model, batch, labels);
+  *loss_sum += model_loss(&t->model, batch, labels, scale);
   if (sync)
     ddp_begin_sync(t->ddp);
   if (t->gpu != NULL) {
-    if (gpu_mlp_backward(t->gpu, &t->model, batch, ddp_layer_done, t->ddp,
-                         err, errlen) != 0)
+    if (gpu_mlp_backward(t->gpu, &t->model.net.mlp, batch, ddp_layer_done,
+                         t->ddp, err, errlen) != 0)
       return -1;
   } else {
-    mlp_backward(&t->model, batch, t->grads, ddp_layer_done, t->ddp);
+    model_backward(&t->model, batch, t->grads, ddp_layer_done, t->ddp);
   }
   if (!sync)
     return 0;
@@ -158,13 +166,13 @@ int trainer_evaluate(trainer_t *t, const dataset_t *d, long *correct,
       idx[batch] = next;
       labels[batch++] = d->y[next];
     }
-    mlp_gather(&t->model, d, idx, batch);
-    if (forward(t, batch, err, errlen) != 0) {
+    model_gather(&t->model, d, idx, batch);
+    if (forward(t, batch, NULL, err, errlen) != 0) {
       free(idx);
       free(labels);
       return -1;
     }
-    counts[0] += mlp_correct(&t->model, batch, labels);
+    counts[0] += model_correct(&t->model, batch, labels);
     counts[1] += batch;
   }
   free(idx);
@@ -194,14 +202,14 @@ int trainer_share_state(trainer_t *t, char *err, size_t errlen) {
                       errlen);
   t->opt.steps = steps;
   if (t->gpu != NULL)
-    return gpu_mlp_push(t->gpu, &t->model, &t->opt, err, errlen);
+    return gpu_mlp_push(t->gpu, &t->model.net.mlp, &t->opt, err, errlen);
   return 0;
 }
 
 int trainer_pull_state(trainer_t *t, char *err, size_t errlen) {
   if (t->gpu == NULL)
     return 0;
-  return gpu_mlp_pull(t->gpu, &t->model, &t->opt, err, errlen);
+  return gpu_mlp_pull(t->gpu, &t->model.net.mlp, &t->opt, err, errlen);
 }
 
 int trainer_sync(trainer_t *t, char *err, size_t errlen) {

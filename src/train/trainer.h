@@ -14,25 +14,25 @@
 #include "ddp.h"
 #include "gpu.h"
 #include "hoop.h"
-#include "mlp.h"
+#include "model.h"
 #include "optim.h"
 
 typedef struct trainer_config {
-  int nlayers;
-  int sizes[MLP_MAX_LAYERS + 1];
+  model_spec_t model;
   int batch;            /* per rank */
   optim_kind_t optim;
   float lr, momentum, weight_decay;
   size_t bucket_bytes;
   uint64_t seed;
-  int cuda; /* compute on a CUDA device (gpu.h) instead of OpenBLAS */
+  int cuda; /* compute on a CUDA device (gpu.h) instead of OpenBLAS: the
+               MLP only */
 } trainer_config_t;
 
 typedef struct trainer {
   hoop_comm_t comm;
   int rank, nranks;
   trainer_config_t cfg;
-  mlp_t model;
+  model_t model;
   optim_t opt;
   float *grads;
   gpu_mlp_t *gpu; /* set with cfg.cuda: parameters and gradients live there */
@@ -49,7 +49,8 @@ int trainer_init(trainer_t *t, hoop_comm_t comm, const trainer_config_t *cfg,
 void trainer_free(trainer_t *t);
 
 /*
- * Forward and backward on samples idx[0..batch) of d, adding to the
+ * Forward (training: with dropout, keyed by the samples and the optimiser
+ * step) and backward on samples idx[0..batch) of d, adding to the
  * gradients scale * d(loss sum)/d(params).  With sync set the gradients
  * are averaged across ranks during backward, the optimiser steps and the
  * gradients are cleared; without it they accumulate (gradient
