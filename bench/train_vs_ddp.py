@@ -2,14 +2,16 @@
 """hoop-train beside PyTorch DDP (gloo, CPU), same model, data and optimiser.
 
 For each rank count, runs hoop-train (under hoop-run) and the PyTorch peer
-(bench/peers/ddp_train.py, one thread per rank) with the same MLP, batch 64
-per rank and SGD (lr 0.1, momentum 0.9), interleaved over repeats, and
+(bench/peers/ddp_train.py, one thread per rank) with the same model (the
+MLP 784-200-200-10 with SGD lr 0.1, momentum 0.9; or, --model cnn, the CNN
+of PyTorch's MNIST example with SGD lr 0.01, momentum 0.9, where lr 0.1
+diverges), batch 64 per rank, interleaved over repeats, and
 prints samples/s, seconds per epoch and test accuracy for both.  Then:
 hoop-train with its own defaults for --own-epochs epochs (accuracy target),
 and hoop-train's all-reduce time per step beside hoop-bench's time for the
 same gradient buckets on the same ranks.
 
-  /usr/bin/python3 bench/train_vs_ddp.py --build build --out FILE
+  /usr/bin/python3 bench/train_vs_ddp.py --build build [--model cnn] --out FILE
 """
 import argparse
 import csv
@@ -28,14 +30,20 @@ from compare_allreduce import (  # noqa: E402  (shares the launch helpers)
 
 HERE = Path(__file__).resolve().parent
 PEER = HERE / "peers" / "ddp_train.py"
-SAME = ["--batch", "64", "--lr", "0.1", "--momentum", "0.9",
-        "--hidden", "200,200"]
+SAME = {"mlp": ["--batch", "64", "--lr", "0.1", "--momentum", "0.9",
+                "--hidden", "200,200"],
+        "cnn": ["--batch", "64", "--lr", "0.01", "--momentum", "0.9",
+                "--model", "cnn"]}
+SHAPE = {"mlp": "MLP 784-200-200-10, SGD lr 0.1 momentum 0.9",
+         "cnn": "CNN conv10-conv20-320-50-10 (PyTorch's MNIST example), "
+                "SGD lr 0.01 momentum 0.9"}
 
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--build", type=Path, default=Path("build"))
     p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
+    p.add_argument("--model", choices=sorted(SAME), default="mlp")
     p.add_argument("--ranks", type=parse_ranks, default=[1, 2])
     p.add_argument("--epochs", type=int, default=5)
     p.add_argument("--own-epochs", type=int, default=10)
@@ -69,7 +77,7 @@ def run_torch(a, ranks, port, log, seed=1):
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
                WORLD_SIZE=str(ranks), OMP_NUM_THREADS="1")
     argv = ["/usr/bin/python3", str(PEER), "--data", a.data,
-            "--epochs", str(a.epochs), "--seed", str(seed)] + SAME
+            "--epochs", str(a.epochs), "--seed", str(seed)] + SAME[a.model]
     procs = [subprocess.Popen(argv, env=dict(env, RANK=str(r)),
                               stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
@@ -121,7 +129,7 @@ def main():
         for rep in range(a.repeats):
             rows, out = run_hoop(a, ranks, ["--epochs", str(a.epochs),
                                             "--optim", "sgd", "--seed", "1"]
-                                 + SAME, log)
+                                 + SAME[a.model], log)
             results.setdefault(("hoop", ranks), []).append(
                 summarise(rows, "samples_per_s", "seconds", "test_acc"))
             results.setdefault(("hoop-rows", ranks), []).append((rows, out))
@@ -161,15 +169,21 @@ def main():
         steps = -(-(-(-60000 // ranks)) // 64)
         per_step = statistics.median(float(r["comm_s"]) for r in rows[1:])
         per_step = per_step / steps * 1e6
+        late = statistics.median(float(r["late_s"]) for r in rows[1:])
+        late = late / steps * 1e6
         bench_us = bench_buckets(a, ranks, algo, buckets, log)
         comm_lines = [
             f"- {ranks} ranks, algorithm {algo}, buckets {buckets} bytes, "
             f"{steps} steps per epoch",
             f"- hoop-train all-reduce time per step (median epoch): "
             f"{per_step:.1f} us",
+            f"- of which rank 0 waited for the other ranks to join the "
+            f"calls (hoop's wait counter): {late:.1f} us; the rest, "
+            f"{per_step - late:.1f} us, moved data",
             f"- hoop-bench, same buckets, same ranks, sum of medians: "
             f"{bench_us:.1f} us",
-            f"- ratio train / bench: {per_step / bench_us:.2f}"]
+            f"- ratio train / bench: {per_step / bench_us:.2f}; without "
+            f"the wait for late ranks: {(per_step - late) / bench_us:.2f}"]
 
     # One run per trainer says little about accuracy: SGD at lr 0.1 moves
     # the final figure by a point or two from seed to seed.
@@ -177,7 +191,7 @@ def main():
     accs = {"hoop": [], "torch": []}
     for seed in seeds:
         rows, _ = run_hoop(a, 1, ["--epochs", str(a.epochs), "--optim", "sgd",
-                                  "--seed", str(seed)] + SAME, log)
+                                  "--seed", str(seed)] + SAME[a.model], log)
         accs["hoop"].append(float(rows[-1]["test_acc"]))
         port += 1
         accs["torch"].append(run_torch(a, 1, port, log, seed)[-1]["test_acc"])
@@ -198,7 +212,8 @@ def main():
             f"{100 * (mean['hoop'] - mean['torch']):+.2f} points"]
 
     own_rows, _ = run_hoop(a, a.own_ranks,
-                           ["--epochs", str(a.own_epochs)], log)
+                           ["--epochs", str(a.own_epochs), "--model", a.model],
+                           log)
     own = (f"- hoop-train defaults (adam, lr 0.001, batch 64), "
            f"{a.own_ranks} ranks, {a.own_epochs} epochs: test accuracy "
            f"{float(own_rows[-1]['test_acc']):.4f}")
@@ -206,8 +221,8 @@ def main():
     report = ["# hoop-train vs PyTorch DDP (CPU, gloo)", ""]
     report += machine_info_basic()
     report += [f"- Command: bench/train_vs_ddp.py {' '.join(sys.argv[1:])}",
-               f"- Same for both: MLP 784-200-200-10, batch 64 per rank, SGD "
-               f"lr 0.1 momentum 0.9, seed 1, Fashion-MNIST ({a.data}), "
+               f"- Same for both: {SHAPE[a.model]}, batch 64 per rank, "
+               f"seed 1, Fashion-MNIST ({a.data}), "
                f"{a.epochs} epochs, one compute thread per rank; "
                f"{a.repeats} runs each, interleaved", "",
                "## Throughput and accuracy", ""] + lines

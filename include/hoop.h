@@ -355,7 +355,12 @@ HOOP_API hoop_result_t hoop_comm_transport(hoop_comm_t comm, int a, int b,
 
 /*
  * Counters, per communicator.  Bytes are payload (what the schedule moves),
- * not headers; time is wall time inside the calls.  Over CUDA IPC a rank
+ * not headers; time is wall time inside the calls.  Of that time, wait is
+ * how long this rank waited for its peers in the call (those it moves
+ * data with, and its two ring neighbours, which check that the ranks
+ * agree) to join it: ranks arriving late, not data moving.  A late rank
+ * further away shows up as a stall inside the transfer instead.  Over
+ * CUDA IPC a rank
  * "receives" what its GPU reads from a peer's memory and "sends" what the
  * peer reads from its own, and time runs from the call to the GPU's
  * completion.  Reading the counters first waits for queued device calls.
@@ -363,6 +368,7 @@ HOOP_API hoop_result_t hoop_comm_transport(hoop_comm_t comm, int a, int b,
 typedef struct hoop_coll_stats {
   uint64_t calls;
   uint64_t time_ns;
+  uint64_t wait_ns; /* part of time_ns; 0 for device buffers */
   uint64_t bytes_sent;
   uint64_t bytes_received;
 } hoop_coll_stats_t;

@@ -202,12 +202,16 @@ void check_counters(RankLog &log, hoop_comm_t comm, int rank, int nranks,
               "%s: time_ns %llu, measured around the calls %lld",
               what.c_str(), (unsigned long long)cs.time_ns,
               (long long)wall_ns);
+  RANK_EXPECT(log, cs.wait_ns <= cs.time_ns,
+              "%s: wait_ns %llu is more than time_ns %llu", what.c_str(),
+              (unsigned long long)cs.wait_ns,
+              (unsigned long long)cs.time_ns);
   for (int c = 0; c < HOOP_COLL_COUNT; c++) {
     for (int a = 0; a < HOOP_ALGO_COUNT; a++) {
       const hoop_coll_stats_t &o = st.by_coll[c][a];
       if ((c == coll && a == algo) ||
-          (o.calls == 0 && o.time_ns == 0 && o.bytes_sent == 0 &&
-           o.bytes_received == 0))
+          (o.calls == 0 && o.time_ns == 0 && o.wait_ns == 0 &&
+           o.bytes_sent == 0 && o.bytes_received == 0))
         continue;
       log.fail("%s: by_coll[%d][%d] is not zero (%llu calls)", what.c_str(),
                c, a, (unsigned long long)o.calls);
@@ -534,6 +538,42 @@ TEST_P(Stats, BadArgumentsAreRejected) {
 
 INSTANTIATE_TEST_SUITE_P(Ranks, Stats, ::testing::Values(2, 3, 4, 5, 8),
                          ranks_name);
+
+// A rank that joins late shows up as wait in its peers' counters, not in
+// its own.  With three ranks every rank is a peer of every other: the
+// parameter server's root (rank 0) of the others, and the ring neighbours
+// that check the call of each other.
+TEST(StatsWait, CountsTheTimeUntilLatePeersJoin) {
+  RunResult r = run_ranks(3, [](RankLog &log, hoop_comm_t comm, int rank,
+                                int nranks) {
+    RANK_EXPECT_OK(log, comm, hoop_comm_set_algo(comm, HOOP_ALGO_PS));
+    std::vector<float> v(1000, 1.0f);
+    RANK_EXPECT_OK(log, comm, hoop_barrier(comm));
+    RANK_EXPECT_OK(log, comm, hoop_comm_reset_stats(comm));
+    const int late_ms = 200;
+    if (rank == 2)
+      usleep(late_ms * 1000);
+    RANK_EXPECT_OK(log, comm, hoop_allreduce(comm, v.data(), v.data(),
+                                             v.size(), HOOP_F32, HOOP_SUM,
+                                             nullptr));
+    hoop_stats_t st;
+    RANK_EXPECT_OK(log, comm, hoop_comm_get_stats(comm, &st));
+    const hoop_coll_stats_t &cs =
+        st.by_coll[HOOP_COLL_ALLREDUCE][HOOP_ALGO_PS];
+    double wait_ms = (double)cs.wait_ns * 1e-6;
+    double time_ms = (double)cs.time_ns * 1e-6;
+    if (rank != 2)
+      RANK_EXPECT(log, wait_ms >= 0.8 * late_ms && wait_ms <= time_ms,
+                  "rank %d waited %.1f ms of %.1f for rank 2, %d ms late",
+                  rank, wait_ms, time_ms, late_ms);
+    else
+      RANK_EXPECT(log, wait_ms < 0.5 * late_ms,
+                  "the late rank counted %.1f ms of wait (of %.1f ms) "
+                  "though its peers were there", wait_ms, time_ms);
+    RANK_EXPECT(log, v[0] == (float)nranks, "sum %g", (double)v[0]);
+  });
+  EXPECT_TRUE(r.all_ok()) << describe(r);
+}
 
 // ---- Cost model ---------------------------------------------------------
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""PyTorch DistributedDataParallel peer of hoop-train: the same MLP, data,
+"""PyTorch DistributedDataParallel peer of hoop-train: the same model (the
+MLP, or with --model cnn the CNN of PyTorch's MNIST example), data,
 sampler, batch and optimiser, on CPU with the gloo backend and one thread per
 rank.  Started once per rank with RANK, WORLD_SIZE, MASTER_ADDR and
 MASTER_PORT set (bench/train_vs_ddp.py does it); rank 0 prints one JSON line
@@ -15,6 +16,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data.distributed import DistributedSampler
 
@@ -45,6 +47,35 @@ def load(data, prefix, limit):
     return x, torch.from_numpy(y.astype(np.int64))
 
 
+class Net(nn.Module):
+    """The CNN of PyTorch's MNIST example, as hoop-train --model cnn has it."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 10, kernel_size=5)
+        self.conv2 = nn.Conv2d(10, 20, kernel_size=5)
+        self.conv2_drop = nn.Dropout2d()
+        self.fc1 = nn.Linear(320, 50)
+        self.fc2 = nn.Linear(50, 10)
+
+    def forward(self, x):
+        x = x.view(-1, 1, 28, 28)
+        x = F.relu(F.max_pool2d(self.conv1(x), 2))
+        x = F.relu(F.max_pool2d(self.conv2_drop(self.conv2(x)), 2))
+        x = F.relu(self.fc1(x.flatten(1)))
+        x = F.dropout(x, training=self.training)
+        return self.fc2(x)
+
+
+def mlp(widths):
+    layers = []
+    for i in range(len(widths) - 1):
+        layers.append(nn.Linear(widths[i], widths[i + 1]))
+        if i + 2 < len(widths):
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
@@ -52,6 +83,7 @@ def main():
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--lr", type=float, default=0.1)
     p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--model", choices=["mlp", "cnn"], default="mlp")
     p.add_argument("--hidden", default="200,200")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--train-limit", type=int, default=0)
@@ -63,13 +95,9 @@ def main():
     rank, world = dist.get_rank(), dist.get_world_size()
     x, y = load(a.data, "train", a.train_limit)
     tx, ty = load(a.data, "t10k", 0)
-    widths = [x.shape[1]] + [int(w) for w in a.hidden.split(",")] + [10]
-    layers = []
-    for i in range(len(widths) - 1):
-        layers.append(nn.Linear(widths[i], widths[i + 1]))
-        if i + 2 < len(widths):
-            layers.append(nn.ReLU())
-    model = DistributedDataParallel(nn.Sequential(*layers))
+    net = Net() if a.model == "cnn" else mlp(
+        [x.shape[1]] + [int(w) for w in a.hidden.split(",")] + [10])
+    model = DistributedDataParallel(net)
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
     loss_fn = nn.CrossEntropyLoss()
     sampler = DistributedSampler(range(len(x)), num_replicas=world,
@@ -89,8 +117,10 @@ def main():
             loss_sum += loss.item() * len(idx)
         dist.barrier()
         seconds = time.monotonic() - t0
+        model.eval()
         with torch.no_grad():
             test_acc = (model(tx).argmax(1) == ty).float().mean().item()
+        model.train()
         if rank == 0:
             print(json.dumps({"epoch": epoch + 1, "seconds": seconds,
                               "samples_per_s": len(order) * world / seconds,

@@ -183,6 +183,7 @@ static hoop_result_t receive_header(struct hoop_plan *p, struct hoop_link *l,
   HOOP_CHECK(check_header(p, l, bytes));
   l->conn->ops->release(l->conn, HEADER_BYTES);
   l->hdr_done = HEADER_BYTES;
+  p->joined_ns = hoop__now_ns();
   *progress = 1;
   return HOOP_SUCCESS;
 }
@@ -460,6 +461,7 @@ static hoop_result_t prepare(struct hoop_plan *p) {
 
 /* Resets a prepared plan's progress and opens its streams for this call. */
 static void start(struct hoop_plan *p) {
+  p->started_ns = p->joined_ns = hoop__now_ns();
   for (int i = 0; i < p->nops; i++)
     p->ops[i].done = 0;
   for (int i = 0; i < p->nlinks; i++) {

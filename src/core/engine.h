@@ -138,6 +138,8 @@ struct hoop_plan {
   int nops, ops_cap;
   struct hoop_link *links;
   int nlinks, links_cap;
+  /* This run: its start, and when the last peer's header came in. */
+  long long started_ns, joined_ns;
 };
 
 /* Plan building; every function records its error on the communicator. */

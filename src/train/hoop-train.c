@@ -293,6 +293,7 @@ struct epoch_report {
   double loss, train_acc, test_acc;
   double seconds, samples_per_s;
   double compute_s, wait_s, comm_s; /* rank 0's, per epoch */
+  double late_s; /* of comm_s, waiting for the other ranks to join */
   double bytes_sent_per_step, model_bytes_per_step;
   hoop_algo_t algo;
 };
@@ -342,16 +343,16 @@ static FILE *open_metrics(const struct options *o) {
   if (fresh)
     fprintf(f, "epoch,loss,train_acc,test_acc,seconds,samples_per_s,"
                "compute_s,wait_s,comm_s,algo,bytes_sent_per_step,"
-               "model_bytes_per_step\n");
+               "model_bytes_per_step,late_s\n");
   return f;
 }
 
 static void write_metrics(FILE *f, const struct epoch_report *r) {
-  fprintf(f, "%d,%.6f,%.6f,%.6f,%.4f,%.1f,%.4f,%.4f,%.4f,%s,%.0f,%.0f\n",
+  fprintf(f, "%d,%.6f,%.6f,%.6f,%.4f,%.1f,%.4f,%.4f,%.4f,%s,%.0f,%.0f,%.4f\n",
           r->epoch, r->loss, r->train_acc, r->test_acc, r->seconds,
           r->samples_per_s, r->compute_s, r->wait_s, r->comm_s,
           hoop_algo_name(r->algo), r->bytes_sent_per_step,
-          r->model_bytes_per_step);
+          r->model_bytes_per_step, r->late_s);
   fflush(f);
 }
 
@@ -395,6 +396,7 @@ static int allreduce_sums(hoop_comm_t comm, double *v, size_t n) {
 struct allreduce_counts {
   uint64_t sent, calls;
   double seconds;      /* inside the calls; device buffers: to GPU completion */
+  double late_s;       /* of which waiting for the other ranks to join */
   hoop_algo_t busiest; /* the algorithm most calls used */
 };
 
@@ -403,7 +405,7 @@ static struct allreduce_counts allreduce_counts(hoop_comm_t comm,
                                                 hoop_algo_t fallback) {
   struct allreduce_counts n = {.busiest = fallback};
   hoop_stats_t s;
-  uint64_t most = 0, ns = 0;
+  uint64_t most = 0, ns = 0, late_ns = 0;
   if (hoop_comm_get_stats(comm, &s) != HOOP_SUCCESS)
     return n;
   for (int a = 0; a < HOOP_ALGO_COUNT; a++) {
@@ -411,12 +413,14 @@ static struct allreduce_counts allreduce_counts(hoop_comm_t comm,
     n.sent += c->bytes_sent;
     n.calls += c->calls;
     ns += c->time_ns;
+    late_ns += c->wait_ns;
     if (c->calls > most) {
       most = c->calls;
       n.busiest = (hoop_algo_t)a;
     }
   }
   n.seconds = (double)ns * 1e-9;
+  n.late_s = (double)late_ns * 1e-9;
   return n;
 }
 
@@ -576,6 +580,7 @@ static int train(const struct options *o, hoop_comm_t comm, int rank,
         .comm_s = o->cuda ? after.seconds - before.seconds
                           : ddp_comm_seconds(t.ddp) - comm0,
         .wait_s = t.wait_s - wait0,
+        .late_s = after.late_s - before.late_s,
         .bytes_sent_per_step =
             (double)(after.sent - before.sent) / (double)syncs,
         .model_bytes_per_step = model_bytes(after.busiest, nranks,
@@ -587,10 +592,10 @@ static int train(const struct options *o, hoop_comm_t comm, int rank,
       snprintf(model, sizeof model, "%.0f B", r.model_bytes_per_step);
     printf("epoch %d/%d loss %.4f train %.4f test %.4f | %.1f s, %.0f "
            "samples/s | compute %.2f s, waiting %.2f s, all-reduce %.2f s "
-           "(%s) | sent/step %.0f B, model %s\n",
+           "(%s; ranks late %.2f s) | sent/step %.0f B, model %s\n",
            r.epoch, o->epochs, r.loss, r.train_acc, r.test_acc, r.seconds,
            r.samples_per_s, r.compute_s, r.wait_s, r.comm_s,
-           hoop_algo_name(r.algo), r.bytes_sent_per_step, model);
+           hoop_algo_name(r.algo), r.late_s, r.bytes_sent_per_step, model);
     fflush(stdout);
     if (metrics != NULL)
       write_metrics(metrics, &r);
