@@ -19,7 +19,7 @@
 
 struct ckpt_header {
   char magic[8];
-  char shape[96]; /* model_describe */
+  char shape[MODEL_DESCRIBE_MAX];
   int32_t optim;
   int32_t epochs_done;
   int64_t optim_steps;

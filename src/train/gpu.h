@@ -2,7 +2,7 @@
  * The MLP on a CUDA device, for hoop-train --device cuda: the parameter
  * layout, forward and backward of mlp.c, with cuBLAS for the products and
  * small kernels for bias, ReLU and the optimisers, all on one stream.  The
- * loss and the predictions stay on the host (mlp_loss, mlp_correct) and
+ * loss and the predictions stay on the host (model_loss, model_correct) and
  * read the logits, a batch x classes copy, so both devices share that
  * code.  Gradients live in device memory and are averaged by hoop on the
  * same stream.  Without CUDA (gpu_none.c) gpu_mlp_create says so.
@@ -49,7 +49,7 @@ int gpu_mlp_forward(gpu_mlp_t *g, mlp_t *m, int batch, char *err,
                     size_t errlen);
 
 /*
- * Backward from the logits' gradient that mlp_loss left in m->delta[0]:
+ * Backward from the logits' gradient that model_loss left in m->delta[0]:
  * adds to the device gradients, calling done(ctx, l) once layer l's
  * gradient work is queued (later work on the stream sees it).
  */

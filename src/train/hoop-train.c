@@ -1,8 +1,7 @@
 /*
  * hoop-train: data-parallel training of an MLP or a small CNN on an IDX
- * image set
- * (Fashion-MNIST by default), gradients averaged by hoop.  Started alone it
- * trains as one rank; under hoop-run, mpirun, srun or torchrun it joins the
+ * image set (Fashion-MNIST by default), gradients averaged by hoop.
+ * Started alone it trains as one rank; under hoop-run, mpirun, srun or torchrun it joins the
  * other ranks through hoop_comm_init_env.
  */
 #include <cblas.h>
@@ -27,10 +26,11 @@
 extern char **environ;
 
 #define DEFAULT_DATA "/usr/share/datasets/fashion-mnist"
+#define DEFAULT_HIDDEN "200,200"
 
 struct options {
   const char *data;
-  const char *hidden; /* NULL: the default, 200,200 */
+  const char *hidden; /* NULL: DEFAULT_HIDDEN */
   model_kind_t model;
   int epochs, batch, accum_steps, threads;
   optim_kind_t optim;
@@ -56,7 +56,7 @@ static void usage(FILE *to) {
     "                      (conv 5x5x10, pool, conv 5x5x20, dropout, pool,\n"
     "                      50, dropout, 10) (default mlp)\n"
     "  --hidden W,W,...    the MLP's hidden layer widths, or none (default "
-    "200,200)\n"
+    DEFAULT_HIDDEN ")\n"
     "  --epochs N          (default 10)\n"
     "  --batch N           samples per rank per step (default 64)\n"
     "  --accum-steps N     steps whose gradients add up before one update "
@@ -447,7 +447,7 @@ static int train(const struct options *o, hoop_comm_t comm, int rank,
   cfg.model = (model_spec_t){.kind = o->model, .height = train_set.rows,
                              .width = train_set.cols,
                              .classes = train_set.classes};
-  parse_hidden(o->hidden != NULL ? o->hidden : "200,200", &cfg.model);
+  parse_hidden(o->hidden != NULL ? o->hidden : DEFAULT_HIDDEN, &cfg.model);
   int rc = 1;
   trainer_t t;
   size_t *order = NULL;
@@ -492,7 +492,7 @@ static int train(const struct options *o, hoop_comm_t comm, int rank,
     metrics = open_metrics(o);
     if (o->metrics != NULL && metrics == NULL)
       goto out_trainer;
-    char shape[96];
+    char shape[MODEL_DESCRIBE_MAX];
     model_describe(&cfg.model, shape, sizeof shape);
     printf("hoop-train: %d rank%s, %s", nranks, nranks > 1 ? "s" : "", shape);
     printf(" (%zu parameters, %zu gradient bytes) on %s, %s lr %g, batch %d "

@@ -79,16 +79,6 @@ void mlp_forward(mlp_t *m, int batch) {
   }
 }
 
-int mlp_correct(const mlp_t *m, int batch, const uint8_t *labels) {
-  return logits_correct(m->act[m->nlayers], batch, m->sizes[m->nlayers],
-                        labels);
-}
-
-double mlp_loss(mlp_t *m, int batch, const uint8_t *labels, float scale) {
-  return softmax_xent(m->act[m->nlayers], batch, m->sizes[m->nlayers],
-                      labels, scale, m->delta[0]);
-}
-
 void mlp_backward(mlp_t *m, int batch, float *grads, layer_done_fn done,
                   void *ctx) {
   int cur = 0;

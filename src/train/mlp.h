@@ -1,7 +1,7 @@
 /*
- * A multi-layer perceptron: linear layers with ReLU between them and a
- * softmax cross-entropy loss, forward and backward written by hand over
- * layers.h.  Parameters live in one flat array, layer by layer (each
+ * A multi-layer perceptron: linear layers with ReLU between them, ending
+ * in logits (the loss is model.h's), forward and backward written by hand
+ * over layers.h.  Parameters live in one flat array, layer by layer (each
  * layer's weights [out][in] then its bias), so that gradients of whole
  * layers are contiguous ranges that data parallelism can reduce in
  * buckets.
@@ -41,18 +41,10 @@ void mlp_init_params(mlp_t *m, rng_t *rng);
 /* Logits of the input batch, in m->act[m->nlayers]. */
 void mlp_forward(mlp_t *m, int batch);
 
-/* Predicted class of each row of the logits; returns how many match y. */
-int mlp_correct(const mlp_t *m, int batch, const uint8_t *labels);
-
 /*
- * Cross-entropy of the logits against labels, summed over the batch.
- * Leaves scale * d(loss sum)/d(logits) ready for mlp_backward.
- */
-double mlp_loss(mlp_t *m, int batch, const uint8_t *labels, float scale);
-
-/*
- * Adds the gradient of the loss behind the last mlp_loss to grads (same
- * layout as params), last layer first, calling done after each layer.
+ * Adds the gradient behind delta[0] (scale * d(loss)/d(logits), which the
+ * loss leaves there) to grads (same layout as params), last layer first,
+ * calling done after each layer.
  */
 void mlp_backward(mlp_t *m, int batch, float *grads, layer_done_fn done,
                   void *ctx);

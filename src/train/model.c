@@ -49,6 +49,7 @@ int model_init(model_t *m, const model_spec_t *spec, int batch_cap,
     memcpy(m->offset, c->offset, sizeof c->offset);
     m->input = c->input;
     m->logits = c->logits;
+    m->dlogits = c->dlogits;
     return 0;
   }
   mlp_t *p = &m->net.mlp;
@@ -62,6 +63,7 @@ int model_init(model_t *m, const model_spec_t *spec, int batch_cap,
   memcpy(m->offset, p->offset, sizeof p->offset);
   m->input = p->act[0];
   m->logits = p->act[nlayers];
+  m->dlogits = p->delta[0];
   return 0;
 }
 
@@ -116,10 +118,8 @@ int model_correct(const model_t *m, int batch, const uint8_t *labels) {
 
 double model_loss(model_t *m, int batch, const uint8_t *labels,
                   float scale) {
-  if (m->spec.kind == MODEL_CNN)
-    return softmax_xent(m->logits, batch, m->classes, labels, scale,
-                        m->net.cnn.dlogits);
-  return mlp_loss(&m->net.mlp, batch, labels, scale);
+  return softmax_xent(m->logits, batch, m->classes, labels, scale,
+                      m->dlogits);
 }
 
 void model_backward(model_t *m, int batch, float *grads, layer_done_fn done,

@@ -37,6 +37,7 @@ typedef struct model {
   int batch_cap, features, classes;
   float *input;   /* batch_cap x features, filled by model_gather */
   float *logits;  /* batch_cap x classes, by model_forward */
+  float *dlogits; /* their gradient, by model_loss */
   union {
     mlp_t mlp;
     cnn_t cnn;
@@ -53,7 +54,8 @@ int model_init(model_t *m, const model_spec_t *spec, int batch_cap,
 void model_free(model_t *m);
 
 /* "mlp 784-200-200-10", "cnn 28x28 conv10-conv20-50-10": the shape, for
- * messages and to tell checkpoints apart. */
+ * messages and to tell checkpoints apart; fits MODEL_DESCRIBE_MAX bytes. */
+#define MODEL_DESCRIBE_MAX 96
 void model_describe(const model_spec_t *spec, char *buf, size_t len);
 
 void model_init_params(model_t *m, rng_t *rng);
