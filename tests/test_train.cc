@@ -642,6 +642,32 @@ INSTANTIATE_TEST_SUITE_P(
              (i.param.model == MODEL_CNN ? "_cnn" : "");
     });
 
+// Images of another size would be read past their ends: refused instead.
+TEST(Trainer, RefusesImagesOfAnotherSize) {
+  auto result = run_ranks(1, [](RankLog &log, hoop_comm_t comm, int, int) {
+    trainer_config_t cfg = small_config(MODEL_CNN, OPTIM_SGD, 1 << 20, 2);
+    trainer_t t;
+    char err[512];
+    if (trainer_init(&t, comm, &cfg, err, sizeof err) != 0)
+      return log.fail("trainer_init: %s", err);
+    dataset_t d = random_dataset(4, 16, 15, 3);
+    size_t idx[2] = {0, 1};
+    double loss = 0;
+    long right = 0, total = 0;
+    if (trainer_step(&t, &d, idx, 2, 0.5f, 1, &loss, &right, err,
+                     sizeof err) == 0)
+      log.fail("a step on 16x15 images of a 16x16 model succeeded");
+    else if (std::string(err).find("the data has 16x15 images, the model "
+                                   "takes 16x16") == std::string::npos)
+      log.fail("step: %s", err);
+    if (trainer_evaluate(&t, &d, &right, &total, err, sizeof err) == 0)
+      log.fail("evaluating 16x15 images with a 16x16 model succeeded");
+    dataset_free(&d);
+    trainer_free(&t);
+  });
+  EXPECT_TRUE(result.all_ok()) << hooptest::describe(result);
+}
+
 TEST(Checkpoint, RoundTripsAndRefusesWhatDoesNotFit) {
   std::string dir = temp_dir(), path = dir + "/ckpt";
   model_spec_t spec = mlp_spec(4, {3});
@@ -777,6 +803,15 @@ TEST(HoopTrain, BadInputGivesAClearError) {
     EXPECT_EQ(r.status, 2) << args << ": " << r.text;
     EXPECT_NE(r.text.find("hoop-train: "), std::string::npos) << r.text;
   }
+  // Test images of another size than the training images.
+  std::string mixed = temp_dir();
+  write_set(mixed, "train", 20, 6, 6, false);
+  write_set(mixed, "t10k", 10, 5, 5, false);
+  r = run_shell(kTrain + " --quiet --epochs 1 --data " + mixed);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.text.find("the test images in " + mixed + " are 5x5, the "
+                        "training images 6x6"),
+            std::string::npos) << r.text;
   // 4x4 images leave nothing after the CNN's convolutions and pools.
   std::string tiny = temp_dir();
   write_set(tiny, "train", 20, 4, 4, false);

@@ -439,6 +439,14 @@ static int train(const struct options *o, hoop_comm_t comm, int rank,
     dataset_free(&train_set);
     return 1;
   }
+  if (test_set.rows != train_set.rows || test_set.cols != train_set.cols) {
+    fprintf(stderr, "hoop-train: rank %d: the test images in %s are %dx%d, "
+            "the training images %dx%d\n", rank, o->data, test_set.rows,
+            test_set.cols, train_set.rows, train_set.cols);
+    dataset_free(&test_set);
+    dataset_free(&train_set);
+    return 1;
+  }
   trainer_config_t cfg = {.batch = o->batch, .optim = o->optim, .lr = o->lr,
                           .momentum = o->momentum,
                           .weight_decay = o->weight_decay,
@@ -559,11 +567,15 @@ static int train(const struct options *o, hoop_comm_t comm, int rank,
 
     double sums[3] = {loss_sum, (double)correct, (double)count};
     long test_right, test_total;
-    if (allreduce_sums(comm, sums, 3) != 0 ||
-        trainer_evaluate(&t, &test_set, &test_right, &test_total, err,
-                         sizeof err) != 0) {
+    if (allreduce_sums(comm, sums, 3) != 0) {
       fprintf(stderr, "hoop-train: rank %d: epoch %d: %s\n", rank,
               epoch + 1, hoop_comm_last_error(comm));
+      goto out_order;
+    }
+    if (trainer_evaluate(&t, &test_set, &test_right, &test_total, err,
+                         sizeof err) != 0) {
+      fprintf(stderr, "hoop-train: rank %d: epoch %d: %s\n", rank,
+              epoch + 1, err);
       goto out_order;
     }
     free(order);

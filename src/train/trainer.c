@@ -99,6 +99,16 @@ void trainer_free(trainer_t *t) {
   memset(t, 0, sizeof *t);
 }
 
+/* Images of another size than the model's would be read out of bounds. */
+static int check_shape(const trainer_t *t, const dataset_t *d, char *err,
+                       size_t errlen) {
+  if (d->features == (size_t)t->model.features)
+    return 0;
+  snprintf(err, errlen, "the data has %dx%d images, the model takes %dx%d",
+           d->rows, d->cols, t->model.spec.height, t->model.spec.width);
+  return -1;
+}
+
 /* Logits of the gathered batch in t->model.logits, on the host. */
 static int forward(trainer_t *t, int batch, const uint64_t *dropout_keys,
                    char *err, size_t errlen) {
@@ -116,6 +126,8 @@ int trainer_step(trainer_t *t, const dataset_t *d, const size_t *idx,
              batch, t->model.batch_cap);
     return -1;
   }
+  if (check_shape(t, d, err, errlen) != 0)
+    return -1;
   uint8_t labels[batch];
   uint64_t keys[batch];
   for (int b = 0; b < batch; b++) {
@@ -149,6 +161,8 @@ int trainer_step(trainer_t *t, const dataset_t *d, const size_t *idx,
 
 int trainer_evaluate(trainer_t *t, const dataset_t *d, long *correct,
                      long *total, char *err, size_t errlen) {
+  if (check_shape(t, d, err, errlen) != 0)
+    return -1;
   int cap = t->model.batch_cap;
   size_t *idx = malloc((size_t)cap * sizeof *idx);
   uint8_t *labels = malloc((size_t)cap);
