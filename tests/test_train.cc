@@ -282,6 +282,15 @@ model_spec_t mlp_spec(int height, std::vector<int> hidden) {
   return spec;
 }
 
+model_spec_t cnn_spec(int height, int width) {
+  model_spec_t spec = {};
+  spec.kind = MODEL_CNN;
+  spec.height = height;
+  spec.width = width;
+  spec.classes = DATASET_CLASSES;
+  return spec;
+}
+
 // Runs backward on samples idx of d and checks every `stride`-th parameter
 // (every one of the first layer) against central differences of step eps;
 // returns the layers in the order backward finished them.
@@ -418,11 +427,7 @@ TEST(Layers, DropoutMasksDependOnTheSampleOnly) {
 // The CNN's hand-written backward pass against central differences, with
 // its dropout masks (fixed by the keys) and without them.
 TEST(Cnn, GradientMatchesFiniteDifferences) {
-  model_spec_t spec = {};
-  spec.kind = MODEL_CNN;
-  spec.height = 16;
-  spec.width = 17;
-  spec.classes = DATASET_CLASSES;
+  model_spec_t spec = cnn_spec(16, 17);
   model_t m;
   char err[256];
   ASSERT_EQ(model_init(&m, &spec, 4, err, sizeof err), 0) << err;
@@ -489,13 +494,7 @@ TEST(Optim, SgdAndAdamFollowPyTorchsFormulas) {
 trainer_config_t small_config(model_kind_t model, optim_kind_t kind,
                               size_t bucket_bytes, int batch) {
   trainer_config_t c = {};
-  c.model.kind = model;
-  c.model.height = model == MODEL_CNN ? 16 : 12;
-  c.model.width = model == MODEL_CNN ? 16 : 1;
-  c.model.classes = DATASET_CLASSES;
-  c.model.nhidden = 2;
-  c.model.hidden[0] = 9;
-  c.model.hidden[1] = 7;
+  c.model = model == MODEL_CNN ? cnn_spec(16, 16) : mlp_spec(12, {9, 7});
   c.batch = batch;
   c.optim = kind;
   c.lr = kind == OPTIM_ADAM ? 0.01f : 0.1f;
@@ -712,10 +711,7 @@ TEST(Checkpoint, RoundTripsAndRefusesWhatDoesNotFit) {
   EXPECT_NE(std::string(err).find("holds a model mlp 4-3-10, this run "
                                   "builds mlp 4-5-10"), std::string::npos)
       << err;
-  model_spec_t cnn = {};
-  cnn.kind = MODEL_CNN;
-  cnn.height = cnn.width = 16;
-  cnn.classes = DATASET_CLASSES;
+  model_spec_t cnn = cnn_spec(16, 16);
   model_t conv;
   ASSERT_EQ(model_init(&conv, &cnn, 1, err, sizeof err), 0) << err;
   optim_t conv_opt;

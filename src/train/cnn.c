@@ -61,7 +61,6 @@ int cnn_init(cnn_t *c, int h, int w, int classes, int batch_cap, char *err,
       {(void **)&c->d3, n_a2 * sizeof(float)},
       {(void **)&c->arg2, n_a2 * sizeof(int32_t)},
       {(void **)&c->mask2, b * CNN_CONV2 * sizeof(float)},
-      {(void **)&c->r3, b * CNN_HIDDEN * sizeof(float)},
       {(void **)&c->h3, b * CNN_HIDDEN * sizeof(float)},
       {(void **)&c->dr3, b * CNN_HIDDEN * sizeof(float)},
       {(void **)&c->mask3, b * CNN_HIDDEN * sizeof(float)},
@@ -81,10 +80,10 @@ int cnn_init(cnn_t *c, int h, int w, int classes, int batch_cap, char *err,
 }
 
 void cnn_free(cnn_t *c) {
-  void *bufs[] = {c->params, c->input, c->col,  c->c1,    c->d1,
-                  c->a1,     c->dpool1, c->arg1, c->c2,   c->d2,
-                  c->a2,     c->d3,     c->arg2, c->mask2, c->r3,
-                  c->h3,     c->dr3,    c->mask3, c->logits, c->dlogits};
+  void *bufs[] = {c->params, c->input,  c->col,   c->c1,     c->d1,
+                  c->a1,     c->dpool1, c->arg1,  c->c2,     c->d2,
+                  c->a2,     c->d3,     c->arg2,  c->mask2,  c->h3,
+                  c->dr3,    c->mask3,  c->logits, c->dlogits};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
     free(bufs[i]);
   memset(c, 0, sizeof *c);
@@ -127,9 +126,8 @@ void cnn_forward(cnn_t *c, int batch, const uint64_t *dropout_keys) {
   }
   pool_relu(s2->oh, s2->ow, CNN_CONV2, c->c2, batch, c->a2, c->arg2);
 
-  linear_forward(c->a2, batch, c->flat, CNN_HIDDEN, layer(c, 2), c->r3);
-  relu_forward(c->r3, (size_t)batch * CNN_HIDDEN);
-  memcpy(c->h3, c->r3, (size_t)batch * CNN_HIDDEN * sizeof(float));
+  linear_forward(c->a2, batch, c->flat, CNN_HIDDEN, layer(c, 2), c->h3);
+  relu_forward(c->h3, (size_t)batch * CNN_HIDDEN);
   if (c->dropped) {
     dropout_masks(dropout_keys, batch, 3, CNN_HIDDEN, CNN_DROPOUT, c->mask3);
     dropout_apply(c->mask3, batch, 1, CNN_HIDDEN, c->h3);
@@ -154,7 +152,10 @@ void cnn_backward(cnn_t *c, int batch, float *grads,
                     c->dr3);
   if (c->dropped)
     dropout_apply(c->mask3, batch, 1, CNN_HIDDEN, c->dr3);
-  relu_backward(c->r3, c->dr3, (size_t)batch * CNN_HIDDEN);
+  /* h3 is 0 where the ReLU or the mask zeroed it; the mask has already
+   * zeroed the gradient of dropped units, so h3 serves as the ReLU's
+   * output here. */
+  relu_backward(c->h3, c->dr3, (size_t)batch * CNN_HIDDEN);
 
   /* fc1, then back through ReLU, pool and Dropout2d into conv2. */
   linear_grads(c->a2, c->dr3, batch, c->flat, CNN_HIDDEN,

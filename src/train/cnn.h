@@ -41,11 +41,11 @@ typedef struct cnn {
   int32_t *arg1;       /* argmax of each pooled value */
   float *c2, *a2;      /* conv2's output (after Dropout2d); pooled, ReLU'd */
   int32_t *arg2;
-  float *r3, *h3;      /* fc1 after ReLU; after Dropout too */
+  float *h3;           /* fc1 after ReLU and Dropout */
   float *mask2, *mask3; /* dropout scales: batch x channels, batch x 50 */
   float *logits, *dlogits;
   float *d1, *d2, *d3; /* backward scratch, the sizes of c1, c2 and a2 */
-  float *dpool1, *dr3; /* the sizes of a1 and r3 */
+  float *dpool1, *dr3; /* the sizes of a1 and h3 */
   int dropped;          /* the last forward pass applied the masks */
 } cnn_t;
 
