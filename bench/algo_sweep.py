@@ -17,10 +17,11 @@ by tbf; hoop-run --netns), and the model is told that network:
   HOOP_LINK_MBPS  the link's payload rate, RATE/8 x 1448/1514 in MB/s
                   (tbf counts whole frames; 1448 of a 1514-byte frame are
                   TCP payload), unless --link-mbps says otherwise;
-  HOOP_ALPHA_NS   measured first, unless --alpha-ns says otherwise: on two
-                  emulated hosts, hoop-bench -a ring at 8 bytes; the median
-                  call time over --alpha-repeats runs, divided by the ring's
-                  2(N-1) = 2 sequential messages;
+  HOOP_ALPHA_NS   measured before each rank count's sweep, unless
+                  --alpha-ns says otherwise: on the same N emulated hosts,
+                  hoop-bench -a ring at 8 bytes; the median call time over
+                  --alpha-repeats runs, divided by the ring's 2(N-1)
+                  sequential messages;
   HOOP_SPIN_US    --spin-us, 0 by default: every emulated host has one rank
                   and so believes it has both cores to itself, but all of
                   them share this machine's cores, where a rank busy-polling
@@ -93,31 +94,38 @@ def hoop_run(a, ranks):
 
 
 
-def measure_alpha(a, raw):
-    """Median 8-byte ring all-reduce on two emulated hosts / 2 messages."""
-    argv = hoop_run(a, 2) + [
+def measure_alpha(a, ranks, raw):
+    """Median 8-byte ring all-reduce on the sweep's hosts / its 2(N-1) hops.
+
+    Measured at each rank count, not once on two hosts: with N ranks
+    sharing this machine's cores a hop also waits for its receiver to be
+    scheduled (on 2 cores, 11 us per hop on 2 hosts, 32 us on 4 and 40 us
+    on 8 in the 2026-11-23 sweep), and the model should price the hops the
+    sweep's calls take."""
+    argv = hoop_run(a, ranks) + [
         str(a.build / "bench" / "hoop-bench"), "-a", "ring", "-b",
         str(ALPHA_BYTES), "-e", str(ALPHA_BYTES), "-n", str(a.alpha_iters),
         "-w", "20", "-c", "1"]
     times = []
-    ps_vs_ring.netsim(a, "up", "2", a.emulate)
-    try:
-        for rep in range(a.alpha_repeats):
-            run = Run(peer="ring", ranks=2, repeat=rep, argv=argv)
-            run.rc, run.stdout, run.stderr, run.seconds = execute(
-                argv, a.timeout)
-            parse_rows(run, in_place=False)
-            raw.append(f"#### alpha: 2 hosts, ring, {ALPHA_BYTES} bytes, "
-                       f"repeat {rep + 1}\n```\n{' '.join(argv)}\n"
-                       f"{run.stdout}{run.stderr}```")
-            if run.rc != 0 or run.problems or ALPHA_BYTES not in run.times:
-                raise RuntimeError(f"alpha run failed: {run.problems} "
-                                   f"{run.stderr.strip()}")
-            times.append(run.times[ALPHA_BYTES])
-    finally:
-        ps_vs_ring.netsim(a, "down")
-    t = statistics.median(times)
-    return round(t / 2 * 1e3), times
+    for rep in range(a.alpha_repeats):
+        run = Run(peer="ring", ranks=ranks, repeat=rep, argv=argv)
+        run.rc, run.stdout, run.stderr, run.seconds = execute(argv, a.timeout)
+        parse_rows(run, in_place=False)
+        raw.append(f"#### alpha: {ranks} hosts, ring, {ALPHA_BYTES} bytes, "
+                   f"repeat {rep + 1}\n```\n{' '.join(argv)}\n"
+                   f"{run.stdout}{run.stderr}```")
+        if run.rc != 0 or run.problems or ALPHA_BYTES not in run.times:
+            raise RuntimeError(f"alpha run failed: {run.problems} "
+                               f"{run.stderr.strip()}")
+        times.append(run.times[ALPHA_BYTES])
+    hops = 2 * (ranks - 1)
+    alpha = round(statistics.median(times) / hops * 1e3)
+    os.environ["HOOP_ALPHA_NS"] = str(alpha)
+    return (f"HOOP_ALPHA_NS={alpha} (measured: 8-byte ring all-reduce on "
+            f"these {ranks} hosts, median call times "
+            f"{', '.join(f'{t:.2f}' for t in times)} us over "
+            f"{a.alpha_repeats} runs of {a.alpha_iters} iterations; their "
+            f"median / {hops} hops)")
 
 
 def bench_argv(a, ranks, algo, json_path=None):
@@ -266,21 +274,17 @@ def emulation_setup(a, raw):
     os.environ["HOOP_LINK_MBPS"] = str(link)
     os.environ["HOOP_SPIN_US"] = str(a.spin_us)
     if a.alpha_ns is None:
-        alpha, times = measure_alpha(a, raw)
-        how = (f"measured: 8-byte ring all-reduce on 2 emulated hosts, "
-               f"median call times {', '.join(f'{t:.2f}' for t in times)} "
-               f"us over {a.alpha_repeats} runs of {a.alpha_iters} "
-               "iterations; their median / 2 messages")
+        alpha = "measured on each rank count's hosts (below)"
     else:
-        alpha, how = a.alpha_ns, "given (--alpha-ns)"
-    os.environ["HOOP_ALPHA_NS"] = str(alpha)
+        alpha = f"{a.alpha_ns} (given, --alpha-ns)"
+        os.environ["HOOP_ALPHA_NS"] = str(a.alpha_ns)
     return [f"- Hosts: each rank in its own network namespace "
             f"(tools/netsim.sh, hoop-run --netns {ps_vs_ring.PREFIX}), every "
             f"host link capped at {a.emulate} each way by tbf; payload rate "
             f"{payload_Bps / 1e6:.2f} MB/s (x 1448/1514)",
             f"- Model: HOOP_LINK_MBPS={link} "
             f"({'given' if a.link_mbps else 'the payload rate'}); "
-            f"HOOP_ALPHA_NS={alpha} ({how})",
+            f"HOOP_ALPHA_NS={alpha}",
             f"- HOOP_SPIN_US={a.spin_us}: every emulated host has one rank, "
             "so each would busy-poll as if it had the cores to itself, but "
             "all share this machine's cores"]
@@ -306,7 +310,11 @@ def main():
             if a.emulate:
                 ps_vs_ring.netsim(a, "up", str(ranks), a.emulate)
             try:
+                alpha = (measure_alpha(a, ranks, raw)
+                         if a.emulate and a.alpha_ns is None else None)
                 lines, worst[ranks], f = sweep_n(a, ranks, cores, raw)
+                if alpha:
+                    lines[1:1] = ["", f"Model: {alpha}."]
                 failed |= f
             finally:
                 if a.emulate:

@@ -310,7 +310,8 @@ HOOP_API const char *hoop_algo_name(hoop_algo_t algo);
  * The cost model behind HOOP_ALGO_AUTO.  A schedule costs alpha per
  * sequential message hop plus, across hosts, link_beta per byte on its
  * busiest link; when every rank shares one host, host_beta per byte
- * copied by its busiest rank (or by all ranks shared among the cores).
+ * copied by its busiest rank (or by all ranks shared among the cores),
+ * where over shared memory a byte reduced counts as 1.5 bytes copied.
  */
 typedef struct hoop_model {
   double alpha_s;          /* HOOP_ALPHA_NS */
@@ -318,6 +319,7 @@ typedef struct hoop_model {
   double host_beta_s;      /* 1 / HOOP_HOST_MBPS */
   int single_host;         /* every rank on this rank's host */
   int host_cores;
+  int host_shm;            /* ... talking through shared memory */
 } hoop_model_t;
 
 HOOP_API hoop_result_t hoop_comm_get_model(hoop_comm_t comm,

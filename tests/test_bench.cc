@@ -156,6 +156,31 @@ INSTANTIATE_TEST_SUITE_P(
              std::to_string(std::get<1>(p.param)) + "ranks";
     });
 
+// The double binary tree's busiest link: the bench's model column (a
+// half-buffer to the parent and each child in both trees, at the busiest
+// rank) against what the counters saw, across the sizes where the trees'
+// shapes differ: 1.5K at 3-4 ranks, 2K from 5 on.
+class BenchTreeModel : public ::testing::TestWithParam<int> {};
+
+TEST_P(BenchTreeModel, ColumnMatchesTheCounters) {
+  Output out = run_shell(std::string(HOOP_RUN_PATH) + " --no-prefix -n " +
+                         std::to_string(GetParam()) + " " + HOOP_BENCH_PATH +
+                         " -a tree -b 64K -e 64K -n 1 -w 0 -c 1 -B 1");
+  ASSERT_EQ(out.status, 0) << out.text;
+  std::vector<Fields> rows = hooptest::bench_rows(out.text);
+  ASSERT_EQ(rows.size(), 1u) << out.text;
+  const Fields &f = rows[0];
+  ASSERT_EQ(f.size(), 19u) << out.text;
+  double most = std::max(std::stod(f[15]), std::stod(f[16]));
+  EXPECT_EQ(most, std::stod(f[17])) << out.text;
+  EXPECT_EQ(most, (GetParam() <= 4 ? 1.5 : 2.0) * 65536) << out.text;
+}
+
+INSTANTIATE_TEST_SUITE_P(Bench, BenchTreeModel, ::testing::Values(3, 4, 5, 8),
+                         [](const ::testing::TestParamInfo<int> &p) {
+                           return std::to_string(p.param) + "ranks";
+                         });
+
 struct BadFlags {
   const char *flags;
   const char *message;

@@ -142,6 +142,42 @@ TEST(Topology, HoopTransportForcesTcp) {
   EXPECT_TRUE(r.all_ok());
 }
 
+// Over shm a receiver reduces straight out of the slot (two streams read,
+// one written), which the model counts as 1.5 bytes copied: the parameter
+// server's root reduces all N-1 buffers, so from 2 cores on it is priced
+// above the ring for large buffers and AUTO leaves it.  Over TCP on one
+// host reductions count as plain bytes.
+TEST(Topology, ModelChargesReductionsOutOfSharedMemory) {
+  if (sysconf(_SC_NPROCESSORS_ONLN) < 2)
+    GTEST_SKIP() << "one core: every schedule is priced at all ranks' copies";
+  auto check = [](bool shm) {
+    return run_ranks(4, [shm](RankLog &log, hoop_comm_t comm, int, int) {
+      hoop_model_t m;
+      RANK_EXPECT_OK(log, comm, hoop_comm_get_model(comm, &m));
+      RANK_EXPECT(log, m.single_host == 1 && m.host_shm == (shm ? 1 : 0),
+                  "single_host %d host_shm %d", m.single_host, m.host_shm);
+      if (!shm)
+        return;
+      size_t bytes = (size_t)64 << 20;
+      double ring = -1, ps = -1, best = -1;
+      hoop_coll_t ar = HOOP_COLL_ALLREDUCE;
+      RANK_EXPECT_OK(log, comm,
+                     hoop_comm_predict(comm, ar, HOOP_ALGO_RING, bytes, &ring));
+      RANK_EXPECT_OK(log, comm,
+                     hoop_comm_predict(comm, ar, HOOP_ALGO_PS, bytes, &ps));
+      RANK_EXPECT_OK(log, comm,
+                     hoop_comm_predict(comm, ar, HOOP_ALGO_AUTO, bytes, &best));
+      RANK_EXPECT(log, ps > 1.05 * ring && best < ps,
+                  "64 MiB: ps %g s, ring %g s, auto %g s", ps, ring, best);
+    });
+  };
+  RunResult over_shm = check(true);
+  EXPECT_TRUE(over_shm.all_ok()) << hooptest::describe(over_shm);
+  ScopedEnv env("HOOP_TRANSPORT", "tcp");
+  RunResult over_tcp = check(false);
+  EXPECT_TRUE(over_tcp.all_ok()) << hooptest::describe(over_tcp);
+}
+
 TEST(Topology, UnknownTransportIsRefusedByName) {
   hooptest::ShellOutput out = run_shell(
       std::string("HOOP_TRANSPORT=pigeon ") + HOOP_RUN_PATH + " -n 2 " +

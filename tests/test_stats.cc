@@ -637,7 +637,8 @@ TEST_P(Predict, AllReduceModelRanksAlgorithmsSensibly) {
 // Large messages, when every rank has a core of its own.  (With more ranks
 // than cores the model charges every all-reduce for all ranks' copies
 // shared among the cores, which ring, tree and PS make alike, so their
-// bandwidth terms tie by design and only hop counts separate them.)
+// bandwidth terms come close or tie; test_shm checks what separates the
+// server from the others over shm.)
 TEST_P(Predict, LargeAllReduceOrderingWhenEveryRankHasACore) {
   int n = GetParam();
   long cores = sysconf(_SC_NPROCESSORS_ONLN);

@@ -28,6 +28,13 @@ struct hoop_call {
 hoop_result_t hoop__tree_build(struct hoop_plan *plan,
                                const struct hoop_call *call);
 
+/*
+ * The double binary tree all-reduce's traffic at its busiest rank, in
+ * half-buffers: the most any rank sends (it receives as many) and the most
+ * any rank reduces.  For the cost model; tree.c owns the trees' shape.
+ */
+void hoop__tree_allreduce_load(int nranks, int *max_sent, int *max_reduced);
+
 /* Parameter server (root = call->root): allreduce. */
 hoop_result_t hoop__ps_build(struct hoop_plan *plan,
                              const struct hoop_call *call);

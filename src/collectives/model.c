@@ -1,44 +1,62 @@
 /* The cost model and the algorithm choice; see model.h. */
 #include "collectives/model.h"
 
+#include "collectives/algorithms.h"
+
 #include <math.h>
 
 #include "core/comm.h"
 #include "core/error.h"
 
-/* Sequential message hops of a schedule: what alpha multiplies. */
+/*
+ * Sequential message hops of a schedule: what alpha multiplies.  A tree of
+ * N ranks laid out as a binary heap is floor(log2 N) links deep.
+ */
 static double hops(hoop_coll_t coll, hoop_algo_t algo, double n) {
-  double log_n = ceil(log2(n > 1 ? n : 2));
+  double depth = floor(log2(n > 1 ? n : 2));
   switch (coll) {
   case HOOP_COLL_ALLREDUCE:
   case HOOP_COLL_BARRIER:
-    return algo == HOOP_ALGO_TREE ? 2 * log_n
+    return algo == HOOP_ALGO_TREE ? 2 * depth
            : algo == HOOP_ALGO_PS ? 2
                                   : 2 * (n - 1);
   case HOOP_COLL_BROADCAST:
   case HOOP_COLL_REDUCE:
-    return algo == HOOP_ALGO_TREE ? log_n : n - 1;
+    return algo == HOOP_ALGO_TREE ? depth : n - 1;
   default:
     return n - 1;
   }
 }
 
 /*
+ * The double binary tree moved its busiest link's bytes at 0.88-0.94 of
+ * the link rate on emulated 1 Gbit hosts (4 and 8 of them, 1-16 MiB; the
+ * ring ran at 1.00), so the model charges it for that: without it, the
+ * tree's equal bytes and fewer hops at N=4 won every size in the model and
+ * lost by 6-14% from 1 MiB up.
+ */
+#define TREE_LINK_EFFICIENCY 0.9
+
+/*
  * Bytes on the busiest link, one direction (each direction of a link has
  * its own capacity), of a schedule moving k bytes.  Ring: 2(N-1)/N of the
- * buffer.  Double binary tree: up to 2k out of a rank (an inner node of
- * one tree sends half to each child, and up in both trees).  Parameter
- * server: (N-1)k into the root and (N-1)k back out, 2(N-1)k through its
- * link in all.  Chains k; a binary tree 2k out of each inner node.
+ * buffer.  Double binary tree: a half-buffer to each child and to the
+ * parent in both trees, counted from the trees' shape (1.5k for N of 3 or
+ * 4, 2k from 5 on).  Parameter server: (N-1)k into the root and (N-1)k
+ * back out, 2(N-1)k through its link in all.  Chains k; a binary tree 2k
+ * out of each inner node.
  */
 static double link_bytes(hoop_coll_t coll, hoop_algo_t algo, double n,
                          double k) {
+  int tree_sent, tree_reduced;
   switch (coll) {
   case HOOP_COLL_ALLREDUCE:
   case HOOP_COLL_BARRIER:
-    return algo == HOOP_ALGO_TREE ? 2 * k
-           : algo == HOOP_ALGO_PS ? (n - 1) * k
-                                  : 2 * (n - 1) / n * k;
+    if (algo == HOOP_ALGO_TREE) {
+      hoop__tree_allreduce_load((int)n, &tree_sent, &tree_reduced);
+      return tree_sent * k / 2 / TREE_LINK_EFFICIENCY;
+    }
+    return algo == HOOP_ALGO_PS ? (n - 1) * k : 2 * (n - 1) / n * k;
   case HOOP_COLL_BROADCAST:
   case HOOP_COLL_REDUCE:
     return algo == HOOP_ALGO_TREE ? 2 * k : k;
@@ -48,31 +66,62 @@ static double link_bytes(hoop_coll_t coll, hoop_algo_t algo, double n,
 }
 
 /*
- * On one host the "links" are the cores copying through the kernel: what
- * counts is the bytes (sent plus received) of the busiest rank, or of all
- * ranks shared among the cores, whichever is larger.  Every all-reduce
- * schedule moves 4(N-1)k in all; they differ in how unevenly.
+ * On one host the "links" are the cores copying: what counts is the bytes
+ * (sent plus received) of the busiest rank, or of all ranks shared among
+ * the cores, whichever is larger.  Every all-reduce schedule moves 4(N-1)k
+ * in all, (N-1)k of it received into a reduction; they differ in how
+ * unevenly.
+ *
+ * Over shared memory the receiver reduces straight out of the slot, reading
+ * two streams and writing one where a copy reads one: a byte reduced costs
+ * 1.5 bytes copied.  That sets the parameter server's root (which reduces
+ * all (N-1)k) above the even schedules when ranks outnumber cores; counted
+ * as plain bytes all three tied there, and measured on 4 ranks and 2
+ * cores, 64 MiB, the server took 33-40 ms where ring and tree took 28-30.
+ * Over TCP on one host the kernel's copies on both ends dominate, and
+ * there the server measured fastest (4 ranks, 16-64 MiB: 68-76 ms against
+ * 94-113), so reductions count as plain bytes.
  */
 static double host_bytes(const struct hoop_comm *comm, hoop_coll_t coll,
                          hoop_algo_t algo, double n, double k) {
-  double busiest, total;
+  double busiest, total, busiest_reduced, total_reduced;
   switch (coll) {
   case HOOP_COLL_ALLREDUCE:
   case HOOP_COLL_BARRIER:
     total = 4 * (n - 1) * k;
-    busiest = algo == HOOP_ALGO_TREE ? (n > 2 ? 4 * k : 2 * k)
-              : algo == HOOP_ALGO_PS ? 2 * (n - 1) * k
-                                     : 4 * (n - 1) / n * k;
+    total_reduced = (n - 1) * k;
+    if (algo == HOOP_ALGO_TREE) {
+      /* At most: the most sent and the most reduced may be two ranks. */
+      int sent, reduced;
+      hoop__tree_allreduce_load((int)n, &sent, &reduced);
+      busiest = sent * k;
+      busiest_reduced = reduced * k / 2;
+    } else if (algo == HOOP_ALGO_PS) {
+      busiest = 2 * (n - 1) * k;
+      busiest_reduced = (n - 1) * k;
+    } else {
+      busiest = 4 * (n - 1) / n * k;
+      busiest_reduced = (n - 1) / n * k;
+    }
     break;
   case HOOP_COLL_BROADCAST:
   case HOOP_COLL_REDUCE:
     total = 2 * (n - 1) * k;
     busiest = algo == HOOP_ALGO_TREE ? 3 * k : 2 * k;
+    total_reduced = coll == HOOP_COLL_REDUCE ? (n - 1) * k : 0;
+    busiest_reduced = coll == HOOP_COLL_REDUCE
+                          ? (algo == HOOP_ALGO_TREE ? 2 * k : k)
+                          : 0;
     break;
   default:
     total = 2 * (n - 1) * k;
     busiest = 2 * (n - 1) / n * k;
+    total_reduced = busiest_reduced = 0;
     break;
+  }
+  if (comm->host_shm) {
+    busiest += 0.5 * busiest_reduced;
+    total += 0.5 * total_reduced;
   }
   double cores = comm->host_cores < n ? comm->host_cores : n;
   return busiest > total / cores ? busiest : total / cores;
@@ -144,8 +193,9 @@ hoop_result_t hoop_comm_get_model(hoop_comm_t comm, hoop_model_t *model) {
     return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
                       "hoop_comm_get_model: model is NULL");
   HOOP_CHECK(hoop__comm_enter(comm, "hoop_comm_get_model"));
-  *model = (hoop_model_t){comm->alpha_s, comm->beta_s, comm->host_beta_s,
-                          comm->single_host, comm->host_cores};
+  *model = (hoop_model_t){comm->alpha_s,     comm->beta_s,
+                          comm->host_beta_s, comm->single_host,
+                          comm->host_cores,  comm->host_shm};
   hoop__comm_leave(comm);
   return HOOP_SUCCESS;
 }

@@ -36,6 +36,24 @@ static struct tree_node heap_node(int n, int p, int (*rank_at)(int, int, int),
 static int rank_direct(int n, int p, int root) { return (p + root) % n; }
 static int rank_mirror(int n, int p, int unused) { return n - 1 - p; }
 
+void hoop__tree_allreduce_load(int nranks, int *max_sent, int *max_reduced) {
+  *max_sent = *max_reduced = 0;
+  for (int r = 0; r < nranks; r++) {
+    int sent = 0, reduced = 0;
+    /* Tree 0 puts r at heap position r, tree 1 at N-1-r (rank_mirror). */
+    for (int tree = 0; tree < 2; tree++) {
+      struct tree_node nd = heap_node(
+          nranks, tree == 0 ? r : nranks - 1 - r,
+          tree == 0 ? rank_direct : rank_mirror, 0);
+      /* A half up to the parent and one down to each child. */
+      sent += (nd.parent >= 0) + nd.nchildren;
+      reduced += nd.nchildren;
+    }
+    *max_sent = sent > *max_sent ? sent : *max_sent;
+    *max_reduced = reduced > *max_reduced ? reduced : *max_reduced;
+  }
+}
+
 struct tree_part {
   struct tree_node node;
   int tree; /* 0 or 1: the key tie-breaker, so both ends agree */

@@ -67,6 +67,7 @@ struct hoop_comm {
   double beta_s;         /* cost model: seconds per byte on a link */
   double host_beta_s;    /* cost model: seconds per byte copied on a host */
   int single_host;       /* every rank shares this rank's host */
+  int host_shm;          /* ... and this rank reaches all of them by shm */
   int *host_index;       /* [nranks] once asked for (core/topology.c) */
   int host_cores;        /* online cores of this host */
 
