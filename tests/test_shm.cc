@@ -249,6 +249,46 @@ TEST(Shm, StreamsStayAlignedAcrossOddMessagesAndWraps) {
   EXPECT_TRUE(r.all_ok());
 }
 
+// Calls from HOOP_COLD_BYTES (4 MiB) on are received with non-temporal
+// stores: every byte must still land, whatever the destination's alignment
+// (the stores need 16 bytes, so the head and tail go through memcpy) and
+// however the slots cut the stream.
+TEST(Shm, LargeCallsLandWhole) {
+  RunResult r = run_ranks(3, [](RankLog &log, hoop_comm_t comm, int rank,
+                                int nranks) {
+    const size_t per_rank = (2u << 20) + 7;  // 6 MiB + 21 bytes gathered
+    auto expect = [](size_t i) { return (char)(i * 7 + i / 4093); };
+    for (size_t offset : {(size_t)0, (size_t)1, (size_t)13}) {
+      std::vector<char> send(per_rank), gathered(per_rank * nranks + offset);
+      for (size_t i = 0; i < per_rank; i++)
+        send[i] = expect(rank * per_rank + i);
+      RANK_EXPECT_OK(log, comm,
+                     hoop_allgather(comm, send.data(),
+                                    gathered.data() + offset, per_rank,
+                                    HOOP_I8, nullptr));
+      size_t wrong = 0;
+      for (size_t i = 0; i < per_rank * nranks; i++)
+        wrong += gathered[offset + i] != expect(i);
+      RANK_EXPECT(log, wrong == 0, "all-gather at offset %zu: %zu bytes wrong",
+                  offset, wrong);
+      std::vector<char> bcast(per_rank * nranks + offset, 0);
+      if (rank == 1)
+        memcpy(bcast.data() + offset, gathered.data() + offset,
+               per_rank * nranks);
+      RANK_EXPECT_OK(log, comm,
+                     hoop_broadcast(comm, bcast.data() + offset,
+                                    bcast.data() + offset, per_rank * nranks,
+                                    HOOP_I8, 1, nullptr));
+      wrong = 0;
+      for (size_t i = 0; i < per_rank * nranks; i++)
+        wrong += bcast[offset + i] != expect(i);
+      RANK_EXPECT(log, wrong == 0, "broadcast at offset %zu: %zu bytes wrong",
+                  offset, wrong);
+    }
+  });
+  EXPECT_TRUE(r.all_ok()) << hooptest::describe(r);
+}
+
 TEST(Shm, ManyCommunicatorsLeakNoSegmentsFdsOrMappings) {
   RunResult r = run_ranks(3, [](RankLog &log, hoop_comm_t comm, int rank,
                                 int nranks) {

@@ -219,6 +219,7 @@ static hoop_result_t build_plan(struct hoop_comm *comm,
   struct hoop_plan *plan = *out = &comm->plans[slot];
   hoop__plan_free(plan);
   hoop__plan_init(plan, comm, c->dtype, c->op);
+  plan->cold = c->bytes >= HOOP_COLD_BYTES;
   plan->header = (struct hoop_wire_header){
       .magic = HOOP_WIRE_MAGIC,
       .version = HOOP_WIRE_VERSION,

@@ -219,7 +219,7 @@ static hoop_result_t recv_copy(struct hoop_plan *p, struct hoop_link *l,
   struct hoop_plan_op *o = &p->ops[l->ops[l->cur]];
   size_t got;
   HOOP_CHECK(l->conn->ops->recv(l->conn, o->dst + o->done, recv_run(p, l),
-                                &got));
+                                p->cold, &got));
   *moved = got;
   while (got > 0) {
     o = &p->ops[l->ops[l->cur]];

@@ -46,9 +46,14 @@ struct hoop_transport_ops {
   hoop_result_t (*send)(struct hoop_conn *conn, const struct iovec *iov,
                         int iovcnt, size_t *sent);
 
-  /* Copies up to len received bytes into buf; *got may be 0. */
+  /*
+   * Copies up to len received bytes into buf; *got may be 0.  `cold`: the
+   * call is larger than the caches hold, so buf is not read again before
+   * it is evicted, and a transport that copies in user space may write
+   * around the caches.
+   */
   hoop_result_t (*recv)(struct hoop_conn *conn, void *buf, size_t len,
-                        size_t *got);
+                        bool cold, size_t *got);
 
   /*
    * Exposes received bytes in place, for reductions that read them once:
