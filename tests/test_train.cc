@@ -26,6 +26,7 @@ extern "C" {
 
 #include "checkpoint.h"
 #include "dataset.h"
+#include "ddp.h"
 #include "idx.h"
 #include "layers.h"
 #include "mlp.h"
@@ -642,6 +643,48 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 // Images of another size would be read past their ends: refused instead.
+// Per-step medians of the all-reduce time, with and without the wait for
+// late ranks: rank 1 finishes its "backward" 30 ms late every step, so
+// rank 0's steps take at least that long in all, and far less without the
+// wait; each call to ddp_step_medians covers the steps since the last.
+TEST(Ddp, StepMediansSetTheWaitForLateRanksApart) {
+  auto result = run_ranks(2, [](RankLog &log, hoop_comm_t comm, int rank,
+                                int) {
+    const size_t offset[] = {0, 1000, 3000};
+    std::vector<float> grads(3000, 1.0f);
+    char err[256];
+    ddp_t *d = ddp_create(comm, grads.data(), nullptr, 2, offset, 4096, err,
+                          sizeof err);
+    RANK_EXPECT(log, d != nullptr, "%s", err);
+    if (d == nullptr)
+      return;
+    const int steps = 5;
+    double wait_s = 0;
+    for (int s = 0; s < steps; s++) {
+      ddp_begin_sync(d);
+      if (rank == 1)
+        usleep(30000);
+      ddp_layer_done(d, 1);
+      ddp_layer_done(d, 0);
+      RANK_EXPECT(log, ddp_wait(d, &wait_s, err, sizeof err) == 0, "%s", err);
+    }
+    double comm_s = -1, moving_s = -1;
+    size_t n = ddp_step_medians(d, &comm_s, &moving_s);
+    RANK_EXPECT(log, n == (size_t)steps, "%zu steps recorded", n);
+    RANK_EXPECT(log, moving_s >= 0 && moving_s <= comm_s,
+                "median step %g s, %g s without the wait", comm_s, moving_s);
+    if (rank == 0)
+      RANK_EXPECT(log, comm_s >= 0.025 && moving_s < 0.010,
+                  "rank 0's median step %.1f ms, %.1f ms without the wait "
+                  "for rank 1, 30 ms late", comm_s * 1e3, moving_s * 1e3);
+    n = ddp_step_medians(d, &comm_s, &moving_s);
+    RANK_EXPECT(log, n == 0 && comm_s == 0 && moving_s == 0,
+                "a second call saw %zu steps", n);
+    ddp_destroy(d);
+  });
+  EXPECT_TRUE(result.all_ok()) << hooptest::describe(result);
+}
+
 TEST(Trainer, RefusesImagesOfAnotherSize) {
   auto result = run_ranks(1, [](RankLog &log, hoop_comm_t comm, int, int) {
     trainer_config_t cfg = small_config(MODEL_CNN, OPTIM_SGD, 1 << 20, 2);

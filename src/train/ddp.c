@@ -35,6 +35,15 @@ struct ddp {
   int queued, taken, finished;
   int stop;
   double comm_s;
+  /*
+   * This step's time in all-reduce calls and the part of it spent waiting
+   * for other ranks to join, then per finished step since the last
+   * ddp_step_medians(): what a step's communication costs without the
+   * ranks' compute jitter, comparable with hoop-bench's median call.
+   */
+  double step_comm_s, step_late_s;
+  double *moving_of_step, *comm_of_step;
+  size_t nsteps, steps_cap;
   char error[512];
 };
 
@@ -42,6 +51,17 @@ static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* hoop's count of all-reduce time spent waiting for late ranks. */
+static double allreduce_late_s(hoop_comm_t comm) {
+  hoop_stats_t s;
+  if (hoop_comm_get_stats(comm, &s) != HOOP_SUCCESS)
+    return 0.0;
+  uint64_t ns = 0;
+  for (int a = 0; a < HOOP_ALGO_COUNT; a++)
+    ns += s.by_coll[HOOP_COLL_ALLREDUCE][a].wait_ns;
+  return (double)ns * 1e-9;
 }
 
 static void *comm_main(void *arg) {
@@ -58,6 +78,10 @@ static void *comm_main(void *arg) {
 
     /* After a failure the communicator is broken; later buckets are only
      * marked finished so that the main thread stops waiting. */
+    /* Reading hoop's counters waits for queued device calls, so device
+     * gradients (only queued here) count no wait. */
+    int count_late = !failed && d->stream == NULL;
+    double late0 = count_late ? allreduce_late_s(d->comm) : 0;
     double t0 = now_s();
     hoop_result_t res = HOOP_SUCCESS;
     if (!failed)
@@ -65,9 +89,12 @@ static void *comm_main(void *arg) {
                            d->grads + b->begin, b->count, HOOP_F32,
                            HOOP_AVG, d->stream);
     double spent = now_s() - t0;
+    double late = count_late ? allreduce_late_s(d->comm) - late0 : 0;
 
     pthread_mutex_lock(&d->lock);
     d->comm_s += spent;
+    d->step_comm_s += spent;
+    d->step_late_s += late;
     if (res != HOOP_SUCCESS && d->error[0] == '\0')
       snprintf(d->error, sizeof d->error,
                "all-reduce of gradient bucket (layers %d-%d, %zu floats) "
@@ -144,6 +171,8 @@ void ddp_destroy(ddp_t *d) {
   }
   pthread_cond_destroy(&d->wake);
   pthread_mutex_destroy(&d->lock);
+  free(d->moving_of_step);
+  free(d->comm_of_step);
   free(d->queue);
   free(d->bucket_of_layer);
   free(d->buckets);
@@ -163,6 +192,7 @@ void ddp_begin_sync(ddp_t *d) {
   if (d->have_thread) {
     pthread_mutex_lock(&d->lock);
     d->queued = d->taken = d->finished = 0;
+    d->step_comm_s = d->step_late_s = 0.0;
     pthread_mutex_unlock(&d->lock);
   }
 }
@@ -179,6 +209,25 @@ void ddp_layer_done(void *ddp, int layer) {
   d->queue[d->queued++] = i;
   pthread_cond_broadcast(&d->wake);
   pthread_mutex_unlock(&d->lock);
+}
+
+/* Keeps the finished step's times; with d->lock held.  Without memory for
+ * them the step is left out of the medians, which only report. */
+static void record_step(ddp_t *d) {
+  if (d->nsteps == d->steps_cap) {
+    size_t cap = d->steps_cap ? 2 * d->steps_cap : 1024;
+    double *m = realloc(d->moving_of_step, cap * sizeof *m);
+    if (m == NULL)
+      return;
+    d->moving_of_step = m;
+    double *c = realloc(d->comm_of_step, cap * sizeof *c);
+    if (c == NULL)
+      return;
+    d->comm_of_step = c;
+    d->steps_cap = cap;
+  }
+  d->moving_of_step[d->nsteps] = d->step_comm_s - d->step_late_s;
+  d->comm_of_step[d->nsteps++] = d->step_comm_s;
 }
 
 int ddp_wait(ddp_t *d, double *wait_s, char *err, size_t errlen) {
@@ -200,6 +249,8 @@ int ddp_wait(ddp_t *d, double *wait_s, char *err, size_t errlen) {
     snprintf(err, errlen, "ddp: only %d of %d gradient buckets were "
              "complete at the end of backward", d->queued, d->nbuckets);
     rc = -1;
+  } else {
+    record_step(d);
   }
   pthread_mutex_unlock(&d->lock);
   *wait_s += now_s() - t0;
@@ -213,4 +264,29 @@ double ddp_comm_seconds(ddp_t *d) {
   double s = d->comm_s;
   pthread_mutex_unlock(&d->lock);
   return s;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median(double *v, size_t n) {
+  qsort(v, n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+size_t ddp_step_medians(ddp_t *d, double *comm_s, double *moving_s) {
+  *comm_s = *moving_s = 0.0;
+  if (!d->have_thread)
+    return 0;
+  pthread_mutex_lock(&d->lock);
+  size_t n = d->nsteps;
+  if (n > 0) {
+    *comm_s = median(d->comm_of_step, n);
+    *moving_s = median(d->moving_of_step, n);
+  }
+  d->nsteps = 0;
+  pthread_mutex_unlock(&d->lock);
+  return n;
 }

@@ -48,4 +48,12 @@ int ddp_wait(ddp_t *d, double *wait_s, char *err, size_t errlen);
  * (with device gradients, queueing them). */
 double ddp_comm_seconds(ddp_t *d);
 
+/*
+ * Medians over the steps averaged since the last call: a step's seconds
+ * in hoop_allreduce (*comm_s), and the same less hoop's count of time
+ * waiting for other ranks to join (*moving_s).  Returns how many steps;
+ * 0 (and zeros) with one rank.
+ */
+size_t ddp_step_medians(ddp_t *d, double *comm_s, double *moving_s);
+
 #endif
