@@ -1,10 +1,9 @@
 /* The cost model and the algorithm choice; see model.h. */
 #include "collectives/model.h"
 
-#include "collectives/algorithms.h"
-
 #include <math.h>
 
+#include "collectives/algorithms.h"
 #include "core/comm.h"
 #include "core/error.h"
 

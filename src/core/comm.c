@@ -499,10 +499,10 @@ static void learn_host(struct hoop_comm *comm) {
   comm->host_cores = cores > 0 ? (int)cores : 1;
   comm->single_host = local == comm->nranks;
   comm->host_shm = comm->single_host;
-  for (int i = 0; i < comm->nranks && comm->host_shm; i++)
-    comm->host_shm = i == comm->rank || hoop__transport_pick(comm, comm->rank,
-                                                             i) ==
-                                            &hoop__shm_transport;
+  for (int i = 0; i < comm->nranks; i++)
+    if (i != comm->rank &&
+        hoop__transport_pick(comm, comm->rank, i) != &hoop__shm_transport)
+      comm->host_shm = 0;
   comm->spin_ns = local > comm->host_cores
                       ? 0
                       : (long long)hoop__param_spin_us() * 1000;

@@ -77,9 +77,9 @@ static void *comm_main(void *arg) {
     pthread_mutex_unlock(&d->lock);
 
     /* After a failure the communicator is broken; later buckets are only
-     * marked finished so that the main thread stops waiting. */
-    /* Reading hoop's counters waits for queued device calls, so device
-     * gradients (only queued here) count no wait. */
+     * marked finished so that the main thread stops waiting.  Reading
+     * hoop's counters waits for queued device calls, so device gradients
+     * (only queued here) count no wait. */
     int count_late = !failed && d->stream == NULL;
     double late0 = count_late ? allreduce_late_s(d->comm) : 0;
     double t0 = now_s();
@@ -211,9 +211,15 @@ void ddp_layer_done(void *ddp, int layer) {
   pthread_mutex_unlock(&d->lock);
 }
 
+/* Steps kept for ddp_step_medians(); a caller that never asks for them
+ * stops adding at this many. */
+#define STEPS_KEPT_MAX ((size_t)1 << 16)
+
 /* Keeps the finished step's times; with d->lock held.  Without memory for
  * them the step is left out of the medians, which only report. */
 static void record_step(ddp_t *d) {
+  if (d->nsteps == STEPS_KEPT_MAX)
+    return;
   if (d->nsteps == d->steps_cap) {
     size_t cap = d->steps_cap ? 2 * d->steps_cap : 1024;
     double *m = realloc(d->moving_of_step, cap * sizeof *m);

@@ -49,7 +49,8 @@ int ddp_wait(ddp_t *d, double *wait_s, char *err, size_t errlen);
 double ddp_comm_seconds(ddp_t *d);
 
 /*
- * Medians over the steps averaged since the last call: a step's seconds
+ * Medians over the steps averaged since the last call (the first 65536
+ * of them): a step's seconds
  * in hoop_allreduce (*comm_s), and the same less hoop's count of time
  * waiting for other ranks to join (*moving_s).  Returns how many steps;
  * 0 (and zeros) with one rank.

@@ -48,9 +48,9 @@ struct hoop_transport_ops {
 
   /*
    * Copies up to len received bytes into buf; *got may be 0.  `cold`: the
-   * call is larger than the caches hold, so buf is not read again before
-   * it is evicted, and a transport that copies in user space may write
-   * around the caches.
+   * call is larger than the caches hold, so most of buf leaves the cache
+   * before it is read again, and a transport that copies in user space may
+   * write around the caches.
    */
   hoop_result_t (*recv)(struct hoop_conn *conn, void *buf, size_t len,
                         bool cold, size_t *got);
