@@ -276,8 +276,11 @@ HOOP_API hoop_result_t hoop_reduce(hoop_comm_t comm, const void *sendbuf,
 HOOP_API hoop_result_t hoop_barrier(hoop_comm_t comm);
 
 /*
- * Point to point, on host buffers (device buffers: HOOP_ERR_UNSUPPORTED
- * for now).  Outside a group each call blocks until done.  Between
+ * Point to point.  Device buffers go through host memory: a send copies
+ * its buffer out once `stream` has run the work queued before it, and a
+ * receive copies in on `stream` before its call (or group) returns, so
+ * unlike NCCL these calls return only once the data has moved.  Outside a
+ * group each call blocks until done.  Between
  * hoop_group_start() and hoop_group_end() calls are queued and run
  * together at hoop_group_end(), so that matching sends and receives
  * between several peers cannot deadlock; messages between two ranks match

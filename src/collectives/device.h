@@ -60,4 +60,21 @@ const char *hoop__device_path(const struct hoop_comm *comm);
 /* Stops the proxy thread (after the queue drains) and frees staging. */
 void hoop__device_free(struct hoop_comm *comm);
 
+/*
+ * Send and receive on device buffers go through host memory and return
+ * once done, since each message is its own size and peer and the queue
+ * above serves collectives.  hoop__device_stage waits for the device calls
+ * queued before it, then gives *host, `bytes` of host memory, holding the
+ * device buffer's contents once the work queued on `stream` has run when
+ * `copy` is set (a send), or nothing yet (a receive).
+ * hoop__device_unstage copies *host back into the device buffer on
+ * `stream` and waits for it when `copy` is set, and frees it.
+ */
+hoop_result_t hoop__device_stage(struct hoop_comm *comm, const char *what,
+                                 const void *dev, size_t bytes, int copy,
+                                 hoop_stream_t stream, void **host);
+hoop_result_t hoop__device_unstage(struct hoop_comm *comm, const char *what,
+                                   void *dev, void *host, size_t bytes,
+                                   int copy, hoop_stream_t stream);
+
 #endif /* HOOP_COLLECTIVES_DEVICE_H */

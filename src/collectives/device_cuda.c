@@ -603,3 +603,57 @@ void hoop__device_free(struct hoop_comm *comm) {
   device_release(d);
   comm->device = NULL;
 }
+
+/* ---- Send and receive ------------------------------------------------ */
+
+/* A copy on `stream`, on the device of the buffer, waited for. */
+static cudaError_t copy_and_wait(int device, void *dst, const void *src,
+                                 size_t bytes, enum cudaMemcpyKind kind,
+                                 cudaStream_t stream) {
+  int current = device;
+  cudaGetDevice(&current);
+  cudaError_t e = current != device ? cudaSetDevice(device) : cudaSuccess;
+  if (e == cudaSuccess)
+    e = cudaMemcpyAsync(dst, src, bytes, kind, stream);
+  if (e == cudaSuccess)
+    e = cudaStreamSynchronize(stream);
+  if (current != device)
+    cudaSetDevice(current);
+  return e;
+}
+
+hoop_result_t hoop__device_stage(struct hoop_comm *comm, const char *what,
+                                 const void *dev, size_t bytes, int copy,
+                                 hoop_stream_t stream, void **host) {
+  *host = NULL;
+  HOOP_CHECK(hoop__device_drain(comm));
+  *host = malloc(bytes);
+  if (*host == NULL)
+    return HOOP_ERROR(comm, HOOP_ERR_NO_MEMORY,
+                      "%s: %zu bytes of host memory to stage a device buffer",
+                      what, bytes);
+  if (!copy)
+    return HOOP_SUCCESS;
+  cudaError_t e = copy_and_wait(device_of(dev), *host, dev, bytes,
+                                cudaMemcpyDeviceToHost, (cudaStream_t)stream);
+  if (e == cudaSuccess)
+    return HOOP_SUCCESS;
+  cudaGetLastError();
+  free(*host);
+  *host = NULL;
+  return cuda_error(comm, e, what);
+}
+
+hoop_result_t hoop__device_unstage(struct hoop_comm *comm, const char *what,
+                                   void *dev, void *host, size_t bytes,
+                                   int copy, hoop_stream_t stream) {
+  cudaError_t e = cudaSuccess;
+  if (copy)
+    e = copy_and_wait(device_of(dev), dev, host, bytes,
+                      cudaMemcpyHostToDevice, (cudaStream_t)stream);
+  free(host);
+  if (e == cudaSuccess)
+    return HOOP_SUCCESS;
+  cudaGetLastError();
+  return cuda_error(comm, e, what);
+}

@@ -39,3 +39,18 @@ const char *hoop__device_path(const struct hoop_comm *comm) {
 }
 
 void hoop__device_free(struct hoop_comm *comm) {}
+
+hoop_result_t hoop__device_stage(struct hoop_comm *comm, const char *what,
+                                 const void *dev, size_t bytes, int copy,
+                                 hoop_stream_t stream, void **host) {
+  *host = NULL;
+  return HOOP_ERROR(comm, HOOP_ERR_INTERNAL,
+                    "%s: device buffer staged in a build without CUDA", what);
+}
+
+hoop_result_t hoop__device_unstage(struct hoop_comm *comm, const char *what,
+                                   void *dev, void *host, size_t bytes,
+                                   int copy, hoop_stream_t stream) {
+  return HOOP_ERROR(comm, HOOP_ERR_INTERNAL,
+                    "%s: device buffer staged in a build without CUDA", what);
+}

@@ -18,9 +18,11 @@
 
 struct p2p_request {
   int send;
-  char *buf;
+  char *buf; /* host memory: the caller's, or the stage of `device` */
   size_t bytes;
   int peer;
+  void *device; /* the caller's device buffer, or NULL */
+  hoop_stream_t stream;
 };
 
 /* A group belongs to the thread that opened it, as in NCCL. */
@@ -170,36 +172,61 @@ static hoop_result_t check_message(struct hoop_comm *comm, const char *what,
 }
 
 /*
- * Send and receive take host buffers only, and run after the device calls
- * queued before them so that every rank keeps its call order.
+ * Copies received data back into the device buffers of staged requests
+ * (when `res` says the messages arrived) and frees every stage; returns
+ * `res`, or the first staging error after it.
  */
-static hoop_result_t host_buffers_only(struct hoop_comm *comm,
-                                       const char *what, const void *buf,
-                                       hoop_stream_t stream) {
-  int on_device = 0;
-  HOOP_CHECK(hoop__route_call(comm, what, buf, NULL, stream, &on_device));
-  if (on_device)
-    return HOOP_ERROR(comm, HOOP_ERR_UNSUPPORTED,
-                      "%s: device buffers are not supported by send and "
-                      "recv yet; copy them to host memory",
-                      what);
-  return HOOP_SUCCESS;
+static hoop_result_t unstage(struct hoop_comm *comm, const char *what,
+                             struct p2p_request *reqs, int n,
+                             hoop_result_t res) {
+  for (int i = 0; i < n; i++) {
+    if (reqs[i].device == NULL)
+      continue;
+    hoop_result_t r = hoop__device_unstage(
+        comm, what, reqs[i].device, reqs[i].buf, reqs[i].bytes,
+        !reqs[i].send && res == HOOP_SUCCESS, reqs[i].stream);
+    reqs[i].device = NULL;
+    res = res == HOOP_SUCCESS ? r : res;
+  }
+  return res;
 }
 
+/*
+ * Host buffers run after the device calls queued before them, so that
+ * every rank keeps its call order.  A device buffer is staged through host
+ * memory (device.h): a send copies it out now, once its stream has run
+ * what was queued before; a receive copies in before its call returns (or
+ * its group ends).
+ */
 static hoop_result_t point_to_point(struct hoop_comm *comm, int send,
                                     const void *buf, size_t count,
                                     hoop_dtype_t dtype, int peer,
                                     hoop_stream_t stream) {
   const char *what = send ? "hoop_send" : "hoop_recv";
-  HOOP_CHECK(host_buffers_only(comm, what, buf, stream));
+  int on_device = 0;
+  HOOP_CHECK(hoop__route_call(comm, what, buf, NULL, stream, &on_device));
   HOOP_CHECK(hoop__comm_enter(comm, what));
-  struct p2p_request req = {.send = send, .buf = (char *)buf, .peer = peer};
+  struct p2p_request req = {.send = send, .buf = (char *)buf, .peer = peer,
+                            .stream = stream};
   hoop_result_t res = check_message(comm, what, buf, count, dtype, peer,
                                     &req.bytes);
-  if (res == HOOP_SUCCESS && group.depth > 0)
+  if (res == HOOP_SUCCESS && on_device && req.bytes > 0) {
+    void *stage;
+    res = hoop__device_stage(comm, what, buf, req.bytes, send, stream,
+                             &stage);
+    if (res == HOOP_SUCCESS) {
+      req.device = (void *)buf;
+      req.buf = stage;
+    }
+  }
+  if (res == HOOP_SUCCESS && group.depth > 0) {
     res = queue(comm, &req);
-  else if (res == HOOP_SUCCESS)
-    res = run_requests(comm, &req, 1, HOOP_COLL_SENDRECV, 0);
+    if (res != HOOP_SUCCESS)
+      unstage(comm, what, &req, 1, res);
+  } else if (res == HOOP_SUCCESS) {
+    res = unstage(comm, what, &req, 1,
+                  run_requests(comm, &req, 1, HOOP_COLL_SENDRECV, 0));
+  }
   hoop__comm_leave(comm);
   return res;
 }
@@ -231,9 +258,11 @@ hoop_result_t hoop_group_end(void) {
   group.n = 0;
   if (comm == NULL)
     return HOOP_SUCCESS;
-  HOOP_CHECK(hoop__comm_enter(comm, "hoop_group_end"));
-  hoop_result_t res = run_requests(comm, group.reqs, n, HOOP_COLL_SENDRECV,
-                                   0);
+  hoop_result_t res = hoop__comm_enter(comm, "hoop_group_end");
+  if (res != HOOP_SUCCESS)
+    return unstage(comm, "hoop_group_end", group.reqs, n, res);
+  res = unstage(comm, "hoop_group_end", group.reqs, n,
+                run_requests(comm, group.reqs, n, HOOP_COLL_SENDRECV, 0));
   hoop__comm_leave(comm);
   return res;
 }
@@ -275,10 +304,11 @@ hoop_result_t hoop__alltoall_run(struct hoop_comm *comm, const void *sendbuf,
     const char *s = sendbuf;
     char *r = recvbuf;
     for (int p = 0; p < n; p++) {
-      reqs[2 * p] = (struct p2p_request){1, (char *)s + (size_t)p * block,
-                                         block, p};
-      reqs[2 * p + 1] = (struct p2p_request){0, r + (size_t)p * block, block,
-                                             p};
+      reqs[2 * p] = (struct p2p_request){
+          .send = 1, .buf = (char *)s + (size_t)p * block, .bytes = block,
+          .peer = p};
+      reqs[2 * p + 1] = (struct p2p_request){
+          .send = 0, .buf = r + (size_t)p * block, .bytes = block, .peer = p};
     }
     comm->seq++;
     res = run_requests(comm, reqs, 2 * n, HOOP_COLL_ALLTOALL, count);
