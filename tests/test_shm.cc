@@ -252,8 +252,14 @@ TEST(Shm, StreamsStayAlignedAcrossOddMessagesAndWraps) {
 // Calls from HOOP_COLD_BYTES (4 MiB) on are received with non-temporal
 // stores: every byte must still land, whatever the destination's alignment
 // (the stores need 16 bytes, so the head and tail go through memcpy) and
-// however the slots cut the stream.
-TEST(Shm, LargeCallsLandWhole) {
+// however the slots cut the stream: 256 KiB slots, and two 4 KiB ones,
+// whose pieces end at odd places as the ring wraps.
+class ShmRing : public ::testing::TestWithParam<const char *> {};
+
+TEST_P(ShmRing, LargeCallsLandWhole) {
+  ScopedEnv slot("HOOP_SHM_SLOT_BYTES", GetParam());
+  ScopedEnv slots("HOOP_SHM_SLOTS", strcmp(GetParam(), "4096") == 0 ? "2"
+                                                                   : "8");
   RunResult r = run_ranks(3, [](RankLog &log, hoop_comm_t comm, int rank,
                                 int nranks) {
     const size_t per_rank = (2u << 20) + 7;  // 6 MiB + 21 bytes gathered
@@ -288,6 +294,11 @@ TEST(Shm, LargeCallsLandWhole) {
   });
   EXPECT_TRUE(r.all_ok()) << hooptest::describe(r);
 }
+
+INSTANTIATE_TEST_SUITE_P(Slots, ShmRing, ::testing::Values("262144", "4096"),
+                         [](const ::testing::TestParamInfo<const char *> &p) {
+                           return std::string("slot") + p.param;
+                         });
 
 TEST(Shm, ManyCommunicatorsLeakNoSegmentsFdsOrMappings) {
   RunResult r = run_ranks(3, [](RankLog &log, hoop_comm_t comm, int rank,
