@@ -95,13 +95,14 @@ def hoop_run(a, ranks):
 
 
 def measure_alpha(a, ranks, raw):
-    """Median 8-byte ring all-reduce on the sweep's hosts / its 2(N-1) hops.
+    """Median 8-byte ring all-reduce on the sweep's hosts / its 2(N-1) hops
+    -> (alpha in ns, how it was measured).
 
     Measured at each rank count, not once on two hosts: with N ranks
     sharing this machine's cores a hop also waits for its receiver to be
-    scheduled (on 2 cores, 11 us per hop on 2 hosts, 32 us on 4 and 40 us
-    on 8 in the 2026-11-23 sweep), and the model should price the hops the
-    sweep's calls take."""
+    scheduled (on 2 cores, 11.4 us per hop on 2 hosts, 28.7-30.8 us on 4
+    and 39.1-39.2 us on 8 in the 2026-11-23 sweeps), and the model should
+    price the hops the sweep's calls take."""
     argv = hoop_run(a, ranks) + [
         str(a.build / "bench" / "hoop-bench"), "-a", "ring", "-b",
         str(ALPHA_BYTES), "-e", str(ALPHA_BYTES), "-n", str(a.alpha_iters),
@@ -120,12 +121,12 @@ def measure_alpha(a, ranks, raw):
         times.append(run.times[ALPHA_BYTES])
     hops = 2 * (ranks - 1)
     alpha = round(statistics.median(times) / hops * 1e3)
-    os.environ["HOOP_ALPHA_NS"] = str(alpha)
-    return (f"HOOP_ALPHA_NS={alpha} (measured: 8-byte ring all-reduce on "
-            f"these {ranks} hosts, median call times "
-            f"{', '.join(f'{t:.2f}' for t in times)} us over "
-            f"{a.alpha_repeats} runs of {a.alpha_iters} iterations; their "
-            f"median / {hops} hops)")
+    how = (f"HOOP_ALPHA_NS={alpha} (measured: 8-byte ring all-reduce on "
+           f"these {ranks} hosts, median call times "
+           f"{', '.join(f'{t:.2f}' for t in times)} us over "
+           f"{a.alpha_repeats} runs of {a.alpha_iters} iterations; their "
+           f"median / {hops} hops)")
+    return alpha, how
 
 
 def bench_argv(a, ranks, algo, json_path=None):
@@ -310,11 +311,13 @@ def main():
             if a.emulate:
                 ps_vs_ring.netsim(a, "up", str(ranks), a.emulate)
             try:
-                alpha = (measure_alpha(a, ranks, raw)
-                         if a.emulate and a.alpha_ns is None else None)
+                how = None
+                if a.emulate and a.alpha_ns is None:
+                    alpha, how = measure_alpha(a, ranks, raw)
+                    os.environ["HOOP_ALPHA_NS"] = str(alpha)
                 lines, worst[ranks], f = sweep_n(a, ranks, cores, raw)
-                if alpha:
-                    lines[1:1] = ["", f"Model: {alpha}."]
+                if how:
+                    lines[1:1] = ["", f"Model: {how}."]
                 failed |= f
             finally:
                 if a.emulate:

@@ -53,15 +53,30 @@ static double now_s(void) {
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* hoop's count of all-reduce time spent waiting for late ranks. */
-static double allreduce_late_s(hoop_comm_t comm) {
+ddp_counts_t ddp_allreduce_counts(hoop_comm_t comm, hoop_algo_t fallback) {
+  ddp_counts_t n = {.busiest = fallback};
   hoop_stats_t s;
+  uint64_t most = 0, ns = 0, late_ns = 0;
   if (hoop_comm_get_stats(comm, &s) != HOOP_SUCCESS)
-    return 0.0;
-  uint64_t ns = 0;
-  for (int a = 0; a < HOOP_ALGO_COUNT; a++)
-    ns += s.by_coll[HOOP_COLL_ALLREDUCE][a].wait_ns;
-  return (double)ns * 1e-9;
+    return n;
+  for (int a = 0; a < HOOP_ALGO_COUNT; a++) {
+    const hoop_coll_stats_t *c = &s.by_coll[HOOP_COLL_ALLREDUCE][a];
+    n.sent += c->bytes_sent;
+    n.calls += c->calls;
+    ns += c->time_ns;
+    late_ns += c->wait_ns;
+    if (c->calls > most) {
+      most = c->calls;
+      n.busiest = (hoop_algo_t)a;
+    }
+  }
+  n.seconds = (double)ns * 1e-9;
+  n.late_s = (double)late_ns * 1e-9;
+  return n;
+}
+
+static double late_s(hoop_comm_t comm) {
+  return ddp_allreduce_counts(comm, HOOP_ALGO_AUTO).late_s;
 }
 
 static void *comm_main(void *arg) {
@@ -81,7 +96,7 @@ static void *comm_main(void *arg) {
      * hoop's counters waits for queued device calls, so device gradients
      * (only queued here) count no wait. */
     int count_late = !failed && d->stream == NULL;
-    double late0 = count_late ? allreduce_late_s(d->comm) : 0;
+    double late0 = count_late ? late_s(d->comm) : 0.0;
     double t0 = now_s();
     hoop_result_t res = HOOP_SUCCESS;
     if (!failed)
@@ -89,7 +104,7 @@ static void *comm_main(void *arg) {
                            d->grads + b->begin, b->count, HOOP_F32,
                            HOOP_AVG, d->stream);
     double spent = now_s() - t0;
-    double late = count_late ? allreduce_late_s(d->comm) - late0 : 0;
+    double late = count_late ? late_s(d->comm) - late0 : 0.0;
 
     pthread_mutex_lock(&d->lock);
     d->comm_s += spent;

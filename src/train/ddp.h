@@ -9,6 +9,7 @@
 #define HOOP_TRAIN_DDP_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "hoop.h"
 
@@ -47,6 +48,20 @@ int ddp_wait(ddp_t *d, double *wait_s, char *err, size_t errlen);
 /* Seconds the communication thread spent inside hoop_allreduce so far
  * (with device gradients, queueing them). */
 double ddp_comm_seconds(ddp_t *d);
+
+/* hoop's all-reduce counters on `comm`, summed over the algorithms. */
+typedef struct ddp_counts {
+  uint64_t sent, calls;
+  double seconds;      /* inside the calls; device buffers: to GPU completion */
+  double late_s;       /* of which waiting for the other ranks to join */
+  hoop_algo_t busiest; /* the algorithm most calls used */
+} ddp_counts_t;
+
+/*
+ * The counters now; busiest is `fallback` before the first all-reduce.
+ * Reading them waits for queued device calls.
+ */
+ddp_counts_t ddp_allreduce_counts(hoop_comm_t comm, hoop_algo_t fallback);
 
 /*
  * Medians over the steps averaged since the last call (the first 65536

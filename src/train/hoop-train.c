@@ -399,38 +399,6 @@ static int allreduce_sums(hoop_comm_t comm, double *v, size_t n) {
                  HOOP_SUCCESS ? 0 : -1;
 }
 
-/* hoop's all-reduce counters, summed over the algorithms. */
-struct allreduce_counts {
-  uint64_t sent, calls;
-  double seconds;      /* inside the calls; device buffers: to GPU completion */
-  double late_s;       /* of which waiting for the other ranks to join */
-  hoop_algo_t busiest; /* the algorithm most calls used */
-};
-
-/* The counters now; busiest is `fallback` before the first all-reduce. */
-static struct allreduce_counts allreduce_counts(hoop_comm_t comm,
-                                                hoop_algo_t fallback) {
-  struct allreduce_counts n = {.busiest = fallback};
-  hoop_stats_t s;
-  uint64_t most = 0, ns = 0, late_ns = 0;
-  if (hoop_comm_get_stats(comm, &s) != HOOP_SUCCESS)
-    return n;
-  for (int a = 0; a < HOOP_ALGO_COUNT; a++) {
-    const hoop_coll_stats_t *c = &s.by_coll[HOOP_COLL_ALLREDUCE][a];
-    n.sent += c->bytes_sent;
-    n.calls += c->calls;
-    ns += c->time_ns;
-    late_ns += c->wait_ns;
-    if (c->calls > most) {
-      most = c->calls;
-      n.busiest = (hoop_algo_t)a;
-    }
-  }
-  n.seconds = (double)ns * 1e-9;
-  n.late_s = (double)late_ns * 1e-9;
-  return n;
-}
-
 static int train(const struct options *o, hoop_comm_t comm, int rank,
                  int nranks) {
   char err[1024];
@@ -535,7 +503,7 @@ static int train(const struct options *o, hoop_comm_t comm, int rank,
       goto out_order;
     }
     long steps = (long)((count + (size_t)o->batch - 1) / (size_t)o->batch);
-    struct allreduce_counts before = allreduce_counts(comm, o->algo);
+    ddp_counts_t before = ddp_allreduce_counts(comm, o->algo);
     double comm0 = ddp_comm_seconds(t.ddp), wait0 = t.wait_s;
     double loss_sum = 0.0, t0 = now_s();
     long correct = 0;
@@ -571,7 +539,7 @@ static int train(const struct options *o, hoop_comm_t comm, int rank,
     ddp_step_medians(t.ddp, &step_comm_s, &step_moving_s);
     if (bar)
       fputc('\n', stderr);
-    struct allreduce_counts after = allreduce_counts(comm, o->algo);
+    ddp_counts_t after = ddp_allreduce_counts(comm, o->algo);
     long syncs = (steps + o->accum_steps - 1) / o->accum_steps;
 
     double sums[3] = {loss_sum, (double)correct, (double)count};
