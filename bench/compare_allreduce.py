@@ -110,6 +110,9 @@ def parse_args(argv):
     p.add_argument("--timeout", type=int, default=900,
                    help="seconds before a run counts as hung")
     add_transport_arg(p)
+    p.add_argument("--hoop-algo", default="auto",
+                   choices=("auto", "ring", "tree", "ps"),
+                   help="hoop's all-reduce algorithm (hoop-bench -a)")
     p.add_argument("--out", type=Path, help="markdown results file")
     a = p.parse_args(argv)
     if a.begin > a.end or a.iters < 1 or a.warmup < 0 or a.repeats < 1:
@@ -154,12 +157,12 @@ def missing_tools(bins):
                                         or os.access(path, os.X_OK)))]
 
 
-def commands(a, bins, ranks):
+def commands(a, bins, ranks, hoop_algo="auto"):
     """argv per peer, each on the transport that a.transport names. tcp:
     hoop with HOOP_TRANSPORT=tcp and Open MPI pinned to ob1 + the tcp BTL
     on lo (with only --mca btl, the ucx PML installed here would bypass
     the BTLs). shm: both as they come, hoop picking shared memory and Open
-    MPI its default path. gloo only has TCP."""
+    MPI its default path. gloo only has TCP. hoop runs `hoop_algo`."""
     sweep = ["-b", str(a.begin), "-e", str(a.end), "-f", str(FACTOR),
              "-n", str(a.iters), "-w", str(a.warmup), "-c", "1"]
     n = str(ranks)
@@ -170,7 +173,7 @@ def commands(a, bins, ranks):
         # Only rank 0 prints rows; unprefixed they parse like the peers'.
         "hoop": (["env", "HOOP_TRANSPORT=tcp"] if tcp else []) +
                 [str(bins["hoop-run"]), "--no-prefix", "-n", n,
-                 str(bins["hoop-bench"])] + sweep,
+                 str(bins["hoop-bench"]), "-a", hoop_algo] + sweep,
         "mpi": [str(bins["mpirun"]), "--oversubscribe", "--allow-run-as-root",
                 "--bind-to", "none", "-np", n] + mpi_tcp +
                [str(bins["peer-mpi-bench"])] + sweep,
@@ -256,7 +259,7 @@ def run_all(a, bins):
     """The interleaved schedule: every repeat runs each peer once."""
     runs = []
     for ranks in a.ranks:
-        argvs = commands(a, bins, ranks)
+        argvs = commands(a, bins, ranks, a.hoop_algo)
         for rep in range(1, a.repeats + 1):
             for peer in PEERS:
                 run = Run(peer, ranks, rep, argvs[peer])

@@ -74,12 +74,13 @@ static double link_bytes(hoop_coll_t coll, hoop_algo_t algo, double n,
  * Over shared memory the receiver reduces straight out of the slot, reading
  * two streams and writing one where a copy reads one: a byte reduced costs
  * 1.5 bytes copied.  That sets the parameter server's root (which reduces
- * all (N-1)k) above the even schedules when ranks outnumber cores; counted
- * as plain bytes all three tied there, and measured on 4 ranks and 2
- * cores, 64 MiB, the server took 33-40 ms where ring and tree took 28-30.
+ * all (N-1)k) above the even schedules when ranks outnumber cores, where
+ * counted as plain bytes all three tied and the server's fewer hops won.
  * Over TCP on one host the kernel's copies on both ends dominate, and
- * there the server measured fastest (4 ranks, 16-64 MiB: 68-76 ms against
- * 94-113), so reductions count as plain bytes.
+ * there the server measured fastest (4 ranks, 64 MiB: 92 ms against 106
+ * for the ring and 125 for the tree), so reductions count as plain bytes.
+ * bench/results/2026-11-23-allreduce-4ranks-64m-per-algorithm.md has both;
+ * over shm its three were within their run-to-run spread.
  */
 static double host_bytes(const struct hoop_comm *comm, hoop_coll_t coll,
                          hoop_algo_t algo, double n, double k) {

@@ -132,9 +132,10 @@ static_assert(sizeof(struct hoop_plan_key) == 56,
  * this large evicts most of its own output before it is read again (a
  * ring that forwards a received slice reads it back from memory instead
  * of cache, and still gains), and writing through the cache first reads
- * every line in.  Measured over shm on this
- * 2-core machine (32 MiB L3), 64 MiB float sum: 4 ranks 30-34 -> 23-30 ms,
- * 2 ranks 13-15 -> 8-10 ms; at 1 MiB no clear change either way.
+ * every line in.  Over shm on this 2-core machine (32 MiB L3), 64 MiB
+ * float sum against Open MPI in the same runs: 4 ranks 2.61x -> 3.04-3.21x,
+ * 2 ranks 3.21x -> 3.66-3.75x (bench/results/2026-11-23-allreduce-shm-64m-
+ * shm-model.md, -cold-copy.md, -cold-copy-rerun.md).
  */
 #define HOOP_COLD_BYTES ((size_t)4 << 20)
 
