@@ -102,13 +102,17 @@ def summarise(rows, key_rate, key_secs, key_acc):
 
 
 def bench_buckets(a, ranks, algo, buckets, log):
-    """hoop-bench's median time (us) per bucket size, same ranks/algo."""
+    """hoop-bench's median time (us) per bucket size, same ranks/algo/op.
+
+    hoop-train averages its gradients, so the bench averages too: the
+    division is part of what a step's all-reduce costs.
+    """
     total = 0.0
     for size in buckets:
         argv = [str(a.build / "tools" / "hoop-run"), "--no-prefix", "-n",
                 str(ranks), str(a.build / "bench" / "hoop-bench"), "-a", algo,
-                "-b", str(size), "-e", str(size), "-n", "200", "-w", "20",
-                "-c", "1"]
+                "-o", "avg", "-b", str(size), "-e", str(size), "-n", "200",
+                "-w", "20", "-c", "1"]
         rc, out, err, _ = execute(argv, a.timeout)
         log.append((" ".join(argv), out + err))
         run = Run("hoop", ranks, 0, argv, rc=rc, stdout=out, stderr=err)
