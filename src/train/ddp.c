@@ -4,6 +4,12 @@
  * communicator during a step and runs the all-reduces in queue order,
  * which is the same on every rank because backward runs the layers in the
  * same order everywhere.
+ *
+ * The exception is the last bucket when the thread has nothing left to
+ * do: backward is over, so there is nothing for it to overlap, and the
+ * main thread reduces it itself in ddp_wait.  That saves waking the
+ * thread and, where it runs on another core, fetching the gradients from
+ * this core's cache (a one-bucket CNN step on 2 ranks: see ddp_wait).
  */
 #include "ddp.h"
 
@@ -33,6 +39,7 @@ struct ddp {
   pthread_cond_t wake;
   int *queue; /* bucket indices, queued in backward order */
   int queued, taken, finished;
+  int held; /* the last bucket, kept for ddp_wait; -1: none */
   int stop;
   double comm_s;
   /*
@@ -79,6 +86,40 @@ static double late_s(hoop_comm_t comm) {
   return ddp_allreduce_counts(comm, HOOP_ALGO_AUTO).late_s;
 }
 
+/*
+ * All-reduces bucket b and adds its times to the step; with d->lock held,
+ * which it drops during the call.  After a failure the communicator is
+ * broken, so later buckets are only counted as finished, and the main
+ * thread stops waiting.
+ */
+static void run_bucket(ddp_t *d, const struct bucket *b) {
+  int failed = d->error[0] != '\0';
+  pthread_mutex_unlock(&d->lock);
+
+  /* Reading hoop's counters waits for queued device calls, so device
+   * gradients (only queued here) count no wait. */
+  int count_late = !failed && d->stream == NULL;
+  double late0 = count_late ? late_s(d->comm) : 0.0;
+  double t0 = now_s();
+  hoop_result_t res = HOOP_SUCCESS;
+  if (!failed)
+    res = hoop_allreduce(d->comm, d->grads + b->begin, d->grads + b->begin,
+                         b->count, HOOP_F32, HOOP_AVG, d->stream);
+  double spent = now_s() - t0;
+  double late = count_late ? late_s(d->comm) - late0 : 0.0;
+
+  pthread_mutex_lock(&d->lock);
+  d->comm_s += spent;
+  d->step_comm_s += spent;
+  d->step_late_s += late;
+  if (res != HOOP_SUCCESS && d->error[0] == '\0')
+    snprintf(d->error, sizeof d->error,
+             "all-reduce of gradient bucket (layers %d-%d, %zu floats) "
+             "failed: %s: %s", b->first_layer,
+             b->first_layer + b->nlayers - 1, b->count,
+             hoop_result_name(res), hoop_comm_last_error(d->comm));
+}
+
 static void *comm_main(void *arg) {
   ddp_t *d = arg;
   pthread_mutex_lock(&d->lock);
@@ -87,35 +128,7 @@ static void *comm_main(void *arg) {
       pthread_cond_wait(&d->wake, &d->lock);
     if (d->stop)
       break;
-    struct bucket *b = &d->buckets[d->queue[d->taken++]];
-    int failed = d->error[0] != '\0';
-    pthread_mutex_unlock(&d->lock);
-
-    /* After a failure the communicator is broken; later buckets are only
-     * marked finished so that the main thread stops waiting.  Reading
-     * hoop's counters waits for queued device calls, so device gradients
-     * (only queued here) count no wait. */
-    int count_late = !failed && d->stream == NULL;
-    double late0 = count_late ? late_s(d->comm) : 0.0;
-    double t0 = now_s();
-    hoop_result_t res = HOOP_SUCCESS;
-    if (!failed)
-      res = hoop_allreduce(d->comm, d->grads + b->begin,
-                           d->grads + b->begin, b->count, HOOP_F32,
-                           HOOP_AVG, d->stream);
-    double spent = now_s() - t0;
-    double late = count_late ? late_s(d->comm) - late0 : 0.0;
-
-    pthread_mutex_lock(&d->lock);
-    d->comm_s += spent;
-    d->step_comm_s += spent;
-    d->step_late_s += late;
-    if (res != HOOP_SUCCESS && d->error[0] == '\0')
-      snprintf(d->error, sizeof d->error,
-               "all-reduce of gradient bucket (layers %d-%d, %zu floats) "
-               "failed: %s: %s", b->first_layer,
-               b->first_layer + b->nlayers - 1, b->count,
-               hoop_result_name(res), hoop_comm_last_error(d->comm));
+    run_bucket(d, &d->buckets[d->queue[d->taken++]]);
     d->finished++;
     pthread_cond_broadcast(&d->wake);
   }
@@ -207,6 +220,7 @@ void ddp_begin_sync(ddp_t *d) {
   if (d->have_thread) {
     pthread_mutex_lock(&d->lock);
     d->queued = d->taken = d->finished = 0;
+    d->held = -1;
     d->step_comm_s = d->step_late_s = 0.0;
     pthread_mutex_unlock(&d->lock);
   }
@@ -221,8 +235,12 @@ void ddp_layer_done(void *ddp, int layer) {
   if (++b->ready < b->nlayers)
     return;
   pthread_mutex_lock(&d->lock);
-  d->queue[d->queued++] = i;
-  pthread_cond_broadcast(&d->wake);
+  if (d->queued == d->nbuckets - 1 && d->finished == d->queued) {
+    d->held = i;
+  } else {
+    d->queue[d->queued++] = i;
+    pthread_cond_broadcast(&d->wake);
+  }
   pthread_mutex_unlock(&d->lock);
 }
 
@@ -262,6 +280,14 @@ int ddp_wait(ddp_t *d, double *wait_s, char *err, size_t errlen) {
   /* hoop's own timeout bounds each all-reduce, so this wait ends. */
   while (d->finished < d->queued)
     pthread_cond_wait(&d->wake, &d->lock);
+  /* The thread is idle and stays so (nothing more is queued this step),
+   * so the communicator is this thread's. */
+  if (d->held >= 0) {
+    run_bucket(d, &d->buckets[d->held]);
+    d->queued++;
+    d->finished++;
+    d->held = -1;
+  }
   int rc = 0;
   if (d->error[0] != '\0') {
     snprintf(err, errlen, "%s", d->error);

@@ -3,7 +3,9 @@
  * gradient array is cut into buckets of whole layers, last layer first
  * (the order backward finishes them), and each bucket is all-reduced on a
  * communication thread as soon as its last layer is done, so that
- * communication overlaps the rest of the backward pass.
+ * communication overlaps the rest of the backward pass.  A last bucket
+ * that finds the thread idle has nothing left to overlap, and ddp_wait
+ * reduces it on the calling thread.
  */
 #ifndef HOOP_TRAIN_DDP_H
 #define HOOP_TRAIN_DDP_H
