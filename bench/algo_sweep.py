@@ -167,7 +167,8 @@ def auto_ran(json_text):
 
 def table(a, runs, ranks, cores, predicted, ran):
     """-> (markdown lines, measured crossover text, worst auto / best,
-    worst ratio of the ring or tree runs AUTO's pick stands for)."""
+    worst ratio of the ring or tree runs AUTO's pick stands for, None
+    where AUTO picked neither)."""
     sizes = sorted({s for r in runs for s in r.times})
     hosts = "emulated hosts" if a.emulate else "ranks"
     lines = [f"### {ranks} {hosts}" + (f" (more than the {cores} cores: "
@@ -178,7 +179,7 @@ def table(a, runs, ranks, cores, predicted, ran):
              "| AUTO ran | its ring/tree runs / best | ring / tree range "
              "over repeats |",
              "|---:|---:|---:|---:|---|---:|---|---|---|---:|---|"]
-    winners, worst, worst_pick = [], 0.0, 0.0
+    winners, worst, worst_pick = [], 0.0, None
     for size in sizes:
         med = {al: statistics.median(r.times[size] for r in runs
                                      if r.peer == al and size in r.times)
@@ -198,7 +199,7 @@ def table(a, runs, ranks, cores, predicted, ran):
                       if len(picked) == 1 and picked <= {"ring", "tree"}
                       else None)
         if pick_ratio is not None:
-            worst_pick = max(worst_pick, pick_ratio)
+            worst_pick = max(worst_pick or 0.0, pick_ratio)
         pred = predicted.get(size)
         model_faster = ("-" if pred is None else
                         "ring" if pred[0] <= pred[1] else "tree")
@@ -262,8 +263,11 @@ def sweep_n(a, ranks, cores, raw):
     lines += ["", f"Model: {predicted}. Measured: {measured}.",
               f"AUTO / better of ring and tree, worst over the sweep: "
               f"{worst:.2f} ({'within' if worst <= 1.10 else 'NOT within'}"
-              " 10%); where AUTO ran ring or tree, that algorithm's own "
-              f"runs / the better: worst {worst_pick:.2f}.", "",
+              " 10%); " + ("AUTO ran neither ring nor tree at any size."
+                           if worst_pick is None else
+                           "where AUTO ran ring or tree, that algorithm's "
+                           f"own runs / the better: worst {worst_pick:.2f}."),
+              "",
               f"```\n{info}```", ""]
     return lines, worst, failed
 
