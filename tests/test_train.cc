@@ -685,6 +685,42 @@ TEST(Ddp, StepMediansSetTheWaitForLateRanksApart) {
   EXPECT_TRUE(result.all_ok()) << hooptest::describe(result);
 }
 
+// The last bucket, reduced by the thread that waits in ddp_wait once the
+// communication thread is idle, reports a failure like any other bucket:
+// the ranks agree on the first bucket (layer 1) and not on the last
+// (layer 0 has 1000 floats on rank 0, 500 on rank 1).  The pause before
+// layer 0 lets the thread finish the first bucket, so the last one is
+// held; the averaged first bucket shows the step got that far.
+TEST(Ddp, AFailedLastBucketIsReportedByDdpWait) {
+  auto result = run_ranks(2, [](RankLog &log, hoop_comm_t comm, int rank,
+                                int) {
+    const size_t offset0[] = {0, 1000, 3000}, offset1[] = {0, 500, 2500};
+    const size_t *offset = rank == 0 ? offset0 : offset1;
+    std::vector<float> grads(offset[2], static_cast<float>(rank));
+    char err[512];
+    ddp_t *d = ddp_create(comm, grads.data(), nullptr, 2, offset, 4096, err,
+                          sizeof err);
+    RANK_EXPECT(log, d != nullptr, "%s", err);
+    if (d == nullptr)
+      return;
+    RANK_EXPECT(log, ddp_nbuckets(d) == 2, "%d buckets", ddp_nbuckets(d));
+    ddp_begin_sync(d);
+    ddp_layer_done(d, 1);
+    usleep(200000);
+    ddp_layer_done(d, 0);
+    double wait_s = 0;
+    err[0] = '\0';
+    int rc = ddp_wait(d, &wait_s, err, sizeof err);
+    RANK_EXPECT(log, rc == -1, "ddp_wait returned %d", rc);
+    RANK_EXPECT(log, std::strstr(err, "gradient bucket (layers 0-0") != nullptr,
+                "error: %s", err);
+    RANK_EXPECT(log, grads[offset[1]] == 0.5f,
+                "first bucket averaged to %g", grads[offset[1]]);
+    ddp_destroy(d);
+  });
+  EXPECT_TRUE(result.all_ok()) << hooptest::describe(result);
+}
+
 TEST(Trainer, RefusesImagesOfAnotherSize) {
   auto result = run_ranks(1, [](RankLog &log, hoop_comm_t comm, int, int) {
     trainer_config_t cfg = small_config(MODEL_CNN, OPTIM_SGD, 1 << 20, 2);
