@@ -379,10 +379,10 @@ typedef void (*div_fn)(void *buf, size_t n, int divisor);
 /*
  * In the type itself: IEEE division rounds the exact quotient once, and a
  * rank count (far below 2^24) is exact in float and double.  Dividing a
- * float in double was as exact, but does half as many per instruction,
- * and was 4x the sum before it on a 2-rank AVG.  For a power of two the
- * reciprocal is exact too, so multiplying by it rounds the same quotient,
- * and multiplies are cheaper still.
+ * float in double would be as exact but does half as many per
+ * instruction: it took 4x the sum before it on a 2-rank AVG.  For a power
+ * of two the reciprocal is exact too, so multiplying by it rounds the same
+ * quotient, and multiplies are cheaper still.
  */
 #define FLOAT_DIV_(dtype, tag, T, MIN, MAX)                                   \
   static void tag##_div(void *buf_, size_t n, int divisor)                    \
