@@ -36,7 +36,8 @@ typedef struct cnn {
   float *params;
   int batch_cap;
   float *input;        /* batch x h x w */
-  float *col;          /* im2col patches of conv1 or conv2 */
+  float *col1;         /* conv1's im2col patches, kept for backward */
+  float *col;          /* conv2's patches; then scratch for its input's */
   float *c1, *a1;      /* conv1's output; pooled and ReLU'd */
   int32_t *arg1;       /* argmax of each pooled value */
   float *c2, *a2;      /* conv2's output (after Dropout2d); pooled, ReLU'd */
