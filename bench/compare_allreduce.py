@@ -59,13 +59,13 @@ def parse_size(text):
     return int(digits) * mult
 
 
-def parse_ranks(text):
+def parse_ranks(text, least=2):
     try:
         ranks = [int(r) for r in text.split(",")]
     except ValueError:
         raise argparse.ArgumentTypeError(f"bad rank list {text!r}") from None
-    if not ranks or min(ranks) < 2:
-        raise argparse.ArgumentTypeError("rank counts must be >= 2")
+    if not ranks or min(ranks) < least:
+        raise argparse.ArgumentTypeError(f"rank counts must be >= {least}")
     return ranks
 
 

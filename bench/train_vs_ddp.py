@@ -44,7 +44,8 @@ def parse_args(argv):
     p.add_argument("--build", type=Path, default=Path("build"))
     p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
     p.add_argument("--model", choices=sorted(SAME), default="mlp")
-    p.add_argument("--ranks", type=parse_ranks, default=[1, 2])
+    p.add_argument("--ranks", type=lambda t: parse_ranks(t, least=1),
+                   default=[1, 2])
     p.add_argument("--epochs", type=int, default=5)
     p.add_argument("--own-epochs", type=int, default=10)
     p.add_argument("--own-ranks", type=int, default=2)
