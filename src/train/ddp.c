@@ -9,7 +9,7 @@
  * do: backward is over, so there is nothing for it to overlap, and the
  * main thread reduces it itself in ddp_wait.  That saves waking the
  * thread and, where it runs on another core, fetching the gradients from
- * this core's cache (a one-bucket CNN step on 2 ranks: see ddp_wait).
+ * this core's cache (bench/results/2026-11-23-train-comm-inline-ab.md).
  */
 #include "ddp.h"
 
