@@ -100,6 +100,24 @@ static hoop_result_t cuda_error(struct hoop_comm *comm, cudaError_t e,
                     cudaGetErrorName(e), cudaGetErrorString(e));
 }
 
+/*
+ * Makes `device` current on the calling thread (a communication thread
+ * may have none current, or another) and returns the device that was, for
+ * leave_device() to put back; *e gets the first error.
+ */
+static int enter_device(int device, cudaError_t *e) {
+  int previous = device;
+  *e = cudaGetDevice(&previous);
+  if (*e == cudaSuccess && previous != device)
+    *e = cudaSetDevice(device);
+  return previous;
+}
+
+static void leave_device(int device, int previous) {
+  if (previous != device)
+    cudaSetDevice(previous);
+}
+
 /* -1 for host memory, else the device holding p. */
 static int device_of(const void *p) {
   if (p == NULL || __atomic_load_n(&no_cuda, __ATOMIC_RELAXED))
@@ -442,14 +460,11 @@ static hoop_result_t device_start(struct hoop_comm *comm, int device,
   pthread_cond_init(&d->cond, NULL);
   /* The widest chunk row: one element of every rank's block. */
   size_t row = (size_t)comm->nranks * 8;
-  int current = 0;
-  cudaError_t e = cudaGetDevice(&current);
+  cudaError_t e;
+  int previous = enter_device(device, &e);
   if (e == cudaSuccess)
-    e = cudaSetDevice(device);
-  if (e == cudaSuccess) {
     e = device_resources(d, chunk_bytes > row ? chunk_bytes : row);
-    cudaSetDevice(current);
-  }
+  leave_device(device, previous);
   if (e != cudaSuccess) {
     cudaGetLastError();
     device_release(d);
@@ -541,16 +556,13 @@ hoop_result_t hoop__device_enqueue(struct hoop_comm *comm,
   pthread_mutex_unlock(&d->lock);
   /* Kernels and copies go to the buffers' device, whichever device the
    * calling thread has current (a communication thread may have none). */
-  int current = d->device;
-  cudaGetDevice(&current);
-  cudaError_t e = current != d->device ? cudaSetDevice(d->device)
-                                       : cudaSuccess;
+  cudaError_t e;
+  int previous = enter_device(d->device, &e);
   if (e == cudaSuccess)
     e = d->ipc != NULL
             ? hoop__ipc_path_enqueue(d->ipc, &mine, (cudaStream_t)stream)
             : enqueue_gpu(comm, d, &mine, (cudaStream_t)stream);
-  if (current != d->device)
-    cudaSetDevice(current);
+  leave_device(d->device, previous);
   pthread_mutex_unlock(&d->enqueue_lock);
   if (e != cudaSuccess) {
     cudaGetLastError();
@@ -610,15 +622,13 @@ void hoop__device_free(struct hoop_comm *comm) {
 static cudaError_t copy_and_wait(int device, void *dst, const void *src,
                                  size_t bytes, enum cudaMemcpyKind kind,
                                  cudaStream_t stream) {
-  int current = device;
-  cudaGetDevice(&current);
-  cudaError_t e = current != device ? cudaSetDevice(device) : cudaSuccess;
+  cudaError_t e;
+  int previous = enter_device(device, &e);
   if (e == cudaSuccess)
     e = cudaMemcpyAsync(dst, src, bytes, kind, stream);
   if (e == cudaSuccess)
     e = cudaStreamSynchronize(stream);
-  if (current != device)
-    cudaSetDevice(current);
+  leave_device(device, previous);
   return e;
 }
 
