@@ -642,7 +642,6 @@ INSTANTIATE_TEST_SUITE_P(
              (i.param.model == MODEL_CNN ? "_cnn" : "");
     });
 
-// Images of another size would be read past their ends: refused instead.
 // Per-step medians of the all-reduce time, with and without the wait for
 // late ranks: rank 1 finishes its "backward" 30 ms late every step, so
 // rank 0's steps take at least that long in all, and far less without the
@@ -721,6 +720,7 @@ TEST(Ddp, AFailedLastBucketIsReportedByDdpWait) {
   EXPECT_TRUE(result.all_ok()) << hooptest::describe(result);
 }
 
+// Images of another size would be read past their ends: refused instead.
 TEST(Trainer, RefusesImagesOfAnotherSize) {
   auto result = run_ranks(1, [](RankLog &log, hoop_comm_t comm, int, int) {
     trainer_config_t cfg = small_config(MODEL_CNN, OPTIM_SGD, 1 << 20, 2);

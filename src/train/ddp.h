@@ -67,10 +67,9 @@ ddp_counts_t ddp_allreduce_counts(hoop_comm_t comm, hoop_algo_t fallback);
 
 /*
  * Medians over the steps averaged since the last call (the first 65536
- * of them): a step's seconds
- * in hoop_allreduce (*comm_s), and the same less hoop's count of time
- * waiting for other ranks to join (*moving_s).  Returns how many steps;
- * 0 (and zeros) with one rank.
+ * of them): a step's seconds in hoop_allreduce (*comm_s), and the same
+ * less hoop's count of time waiting for other ranks to join (*moving_s).
+ * Returns how many steps; 0 (and zeros) with one rank.
  */
 size_t ddp_step_medians(ddp_t *d, double *comm_s, double *moving_s);
 
