@@ -55,6 +55,7 @@ struct options {
   const char *json_path;
   int corrupt; /* HOOP_BENCH_CORRUPT */
   enum bench_memory memory; /* -m */
+  size_t evict_bytes;       /* -E */
 };
 
 /* Payload bytes of one call, from hoop_comm_get_stats. */
@@ -73,6 +74,7 @@ struct ctx {
   char *hsend, *hrecv; /* host images for the check (send/recv for host) */
   hoop_stream_t stream;
   double *times; /* [iters] */
+  char *evict;   /* [opt.evict_bytes], -E */
   FILE *json;
 };
 
@@ -169,7 +171,7 @@ static void usage(void) {
          "[-f factor] [-n iters] [-w warmup]\n"
          "                  [-c 0|1] [-d dtype] [-o op] [-r root] [-a algo] "
          "[-m host|cuda]\n"
-         "                  [-J file.jsonl] [-B 0|1]\n"
+         "                  [-J file.jsonl] [-B 0|1] [-E bytes]\n"
          "  colls: allreduce (default) reducescatter allgather broadcast "
          "reduce alltoall\n"
          "  dtypes: int8 uint8 int32 uint32 int64 uint64 half float double "
@@ -182,6 +184,12 @@ static void usage(void) {
          "  -J: every row as JSON lines, with the bytes each call moved\n"
          "  -B 1: append bytes sent/received per call and the model's "
          "busiest-link bytes\n"
+         "  -E bytes: before each call, untimed, write this many bytes of "
+         "other memory\n"
+         "      and then the input (as a training step's backward pass "
+         "does), so the\n"
+         "      call finds cold caches; host buffers only (e.g. -E 2M for "
+         "a 1 MiB L2)\n"
          "  HOOP_BENCH_CORRUPT=1: spoil one result element (tests -c)\n");
 }
 
@@ -215,7 +223,7 @@ static struct options parse_options(int argc, char **argv) {
       {NULL, 0, NULL, 0},
   };
   int ch, op_given = 0, root_given = 0;
-  while ((ch = getopt_long(argc, argv, "C:b:e:f:n:w:c:d:o:r:a:m:J:B:h",
+  while ((ch = getopt_long(argc, argv, "C:b:e:f:n:w:c:d:o:r:a:m:J:B:E:h",
                            longopts, NULL)) != -1) {
     switch (ch) {
     case 'C': o.coll = find_coll(optarg); break;
@@ -226,6 +234,7 @@ static struct options parse_options(int argc, char **argv) {
     case 'w': o.warmup = parse_int(optarg, "-w"); break;
     case 'c': o.check = parse_int(optarg, "-c"); break;
     case 'B': o.traffic = parse_int(optarg, "-B"); break;
+    case 'E': o.evict_bytes = parse_size(optarg); break;
     case 'r':
       o.root = parse_int(optarg, "-r");
       root_given = 1;
@@ -267,6 +276,9 @@ static struct options parse_options(int argc, char **argv) {
     exit(2);
   }
   check_fit(&o, op_given, root_given);
+  if (o.evict_bytes > 0 && o.memory != BENCH_HOST)
+    usage_error("-E: evicts this CPU's caches, so needs -m host, not %s",
+                "-m cuda");
   const char *corrupt = getenv("HOOP_BENCH_CORRUPT");
   o.corrupt = corrupt != NULL && strcmp(corrupt, "1") == 0;
   return o;
@@ -410,11 +422,29 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+/*
+ * -E.  Back to back, a call finds its buffers, the transport's and its own
+ * state in this core's caches; inside a training step the backward pass
+ * has just filled them with activations, and written the gradients that
+ * are the input.  This does the same (the input keeps its values), so the
+ * bench can be set beside a trainer's step.  Intel MPI Benchmarks'
+ * -off_cache exists for the same reason.
+ */
+static void evict_caches(struct ctx *c, char *input, size_t input_bytes) {
+  for (size_t i = 0; i < c->opt.evict_bytes; i += 64)
+    c->evict[i]++;
+  volatile char *in = input;
+  for (size_t i = 0; i < input_bytes; i += 64)
+    in[i] = in[i];
+}
+
 static void time_call(struct ctx *c, const struct bench_call *call,
-                      struct placement *p) {
+                      char *input, size_t input_bytes, struct placement *p) {
   for (int i = 0; i < c->opt.warmup; i++)
     run_once(c, call);
   for (int i = 0; i < c->opt.iters; i++) {
+    if (c->evict != NULL)
+      evict_caches(c, input, input_bytes);
     CHECK(c, hoop_barrier(c->comm));
     double t0 = now_us();
     run_once(c, call);
@@ -439,6 +469,9 @@ static void print_header(const struct ctx *c) {
          k->rooted ? c->opt.root : -1, hoop_algo_name(c->opt.algo),
          c->opt.warmup, c->opt.iters, c->opt.check ? "on" : "off",
          c->opt.memory == BENCH_CUDA ? "cuda" : "host");
+  if (c->opt.evict_bytes > 0)
+    printf("# caches: %zu bytes of other memory written before each call "
+           "(-E)\n", c->opt.evict_bytes);
   printf("# time: median over iterations of the slowest rank; busbw = "
          "algbw * %s\n", k->bus_factor_text);
   if (c->opt.traffic)
@@ -553,7 +586,8 @@ static long long bench_size(struct ctx *c, size_t elems) {
     p[ip].measured = 1;
     p[ip].wrong = c->opt.check ? check_call(c, &l, ip, ip ? NULL : &tr) : -1;
     struct bench_call call = make_call(c, &l, ip);
-    time_call(c, &call, &p[ip]);
+    char *input = ip ? c->recv + l.in_place_send_off * esz : c->send;
+    time_call(c, &call, input, l.send_elems * esz, &p[ip]);
   }
   double model = k->model_bytes(tr.algo, c->nranks, (double)l.bytes);
   if (c->rank == 0) {
@@ -590,8 +624,11 @@ int main(int argc, char **argv) {
   c.hrecv = m == BENCH_HOST ? c.recv : malloc(c.opt.max_bytes + esz);
   c.stream = bench_stream(m);
   c.times = malloc(sizeof *c.times * (size_t)c.opt.iters);
+  if (c.opt.evict_bytes > 0)
+    c.evict = calloc(c.opt.evict_bytes, 1);
   if (c.send == NULL || c.recv == NULL || c.hsend == NULL ||
-      c.hrecv == NULL || c.times == NULL || (m == BENCH_CUDA && !c.stream)) {
+      c.hrecv == NULL || c.times == NULL || (m == BENCH_CUDA && !c.stream) ||
+      (c.opt.evict_bytes > 0 && c.evict == NULL)) {
     fprintf(stderr, "hoop-bench: out of memory for %zu-byte buffers\n",
             c.opt.max_bytes);
     return 1;
@@ -622,6 +659,7 @@ int main(int argc, char **argv) {
   bench_free(m, c.send);
   bench_free(m, c.recv);
   free(c.times);
+  free(c.evict);
   /*
    * Every rank knows the total, but only rank 0 reports it and fails: a
    * launcher stops the job at the first failing rank, which must not cut

@@ -102,22 +102,35 @@ def summarise(rows, key_rate, key_secs, key_acc):
             float(rows[-1][key_acc]))
 
 
-def bench_buckets(a, ranks, algo, buckets, log):
+def evict_bytes():
+    """Twice this core's L2 (getconf), 4 MiB where it is not known: what
+    hoop-bench -E writes to leave a call the caches a training step does."""
+    try:
+        l2 = int(subprocess.run(["getconf", "LEVEL2_CACHE_SIZE"],
+                                capture_output=True, text=True).stdout)
+    except ValueError:
+        l2 = 0
+    return 2 * l2 if l2 > 0 else 4 << 20
+
+
+def bench_buckets(a, ranks, algo, buckets, log, evict=0):
     """hoop-bench's median time (us) per bucket size, same ranks/algo/op.
 
-    hoop-train averages its gradients, so the bench averages too: the
-    division is part of what a step's all-reduce costs.
+    hoop-train averages its gradients in place, so the bench averages and
+    its in-place column is read: the division is part of what a step's
+    all-reduce costs.  With evict, hoop-bench -E evict: every call first
+    finds caches that other memory has filled.
     """
     total = 0.0
     for size in buckets:
         argv = [str(a.build / "tools" / "hoop-run"), "--no-prefix", "-n",
                 str(ranks), str(a.build / "bench" / "hoop-bench"), "-a", algo,
                 "-o", "avg", "-b", str(size), "-e", str(size), "-n", "200",
-                "-w", "20", "-c", "1"]
+                "-w", "20", "-c", "1"] + (["-E", str(evict)] if evict else [])
         rc, out, err, _ = execute(argv, a.timeout)
         log.append((" ".join(argv), out + err))
         run = Run("hoop", ranks, 0, argv, rc=rc, stdout=out, stderr=err)
-        parse_rows(run, in_place=False)
+        parse_rows(run, in_place=True)
         if rc != 0 or run.problems or size not in run.times:
             sys.exit(f"train_vs_ddp: hoop-bench failed: {run.problems}\n"
                      f"{out}{err}")
@@ -182,6 +195,8 @@ def main():
         med_moving = statistics.median(float(r["step_moving_median_us"])
                                        for r in rows[1:])
         bench_us = bench_buckets(a, ranks, algo, buckets, log)
+        evict = evict_bytes()
+        cold_us = bench_buckets(a, ranks, algo, buckets, log, evict)
         comm_lines = [
             f"- {ranks} ranks, algorithm {algo}, buckets {buckets} bytes, "
             f"{steps} steps per epoch; rank 0's figures, median over "
@@ -191,11 +206,14 @@ def main():
             f"(hoop's wait counter) {late:.1f} us",
             f"- hoop-train all-reduce time per step, median over steps: "
             f"{med_step:.1f} us; without the wait: {med_moving:.1f} us",
-            f"- hoop-bench, same buckets, same ranks, sum of medians: "
-            f"{bench_us:.1f} us",
+            f"- hoop-bench, same buckets, same ranks, in place, sum of "
+            f"medians: {bench_us:.1f} us; with -E {evict} (caches filled "
+            f"with other data before each call, as backward leaves them): "
+            f"{cold_us:.1f} us",
             f"- ratio train / bench, medians: {med_step / bench_us:.2f}; "
             f"without the wait for late ranks: "
-            f"{med_moving / bench_us:.2f}"]
+            f"{med_moving / bench_us:.2f}; without the wait, against the "
+            f"bench with -E: {med_moving / cold_us:.2f}"]
 
     # One run per trainer says little about accuracy: SGD at lr 0.1 moves
     # the final figure by a point or two from seed to seed.

@@ -211,6 +211,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadFlags{"-C reduce -r 2", "-r 2: there are only 2 ranks"},
         BadFlags{"-n ten", "-n: \"ten\" is not a number"},
         BadFlags{"-c 2", "-c and -B 0 or 1"},
+        BadFlags{"-E lots", "bad size \"lots\""},
         BadFlags{"-d float128", "unknown dtype \"float128\""},
         BadFlags{"stray", "unexpected argument \"stray\""}),
     [](const ::testing::TestParamInfo<BadFlags> &p) {
@@ -232,6 +233,26 @@ TEST(Bench, CudaMemoryRunsOrIsRefusedWithAReason) {
     return;
   }
   EXPECT_NE(out.text.find("cuda buffers"), std::string::npos) << out.text;
+  auto rows = hooptest::bench_rows(out.text);
+  ASSERT_EQ(rows.size(), 3u) << out.text;
+  for (const auto &r : rows) {
+    ASSERT_EQ(r.size(), 13u) << out.text;
+    EXPECT_EQ(r[8], "0") << out.text;
+    EXPECT_EQ(r[12], "0") << out.text;
+  }
+}
+
+// -E writes other memory before every call, untimed; the header says how
+// much, and the rows are measured and checked as without it.
+TEST(Bench, EvictsCachesBeforeEachCallWhenAsked) {
+  Output out = run_shell(std::string(HOOP_RUN_PATH) + " --no-prefix -n 3 " +
+                         HOOP_BENCH_PATH +
+                         " -o avg -b 1K -e 64K -f 8 -n 3 -w 1 -c 1 -E 256K");
+  ASSERT_EQ(out.status, 0) << out.text;
+  EXPECT_NE(out.text.find("# caches: 262144 bytes of other memory written "
+                          "before each call (-E)"),
+            std::string::npos)
+      << out.text;
   auto rows = hooptest::bench_rows(out.text);
   ASSERT_EQ(rows.size(), 3u) << out.text;
   for (const auto &r : rows) {
