@@ -361,9 +361,10 @@ HOOP_API hoop_result_t hoop_comm_transport(hoop_comm_t comm, int a, int b,
 /*
  * Counters, per communicator.  Bytes are payload (what the schedule moves),
  * not headers; time is wall time inside the calls.  Of that time, wait is
- * how long this rank waited for its peers in the call (those it moves
- * data with, and its two ring neighbours, which check that the ranks
- * agree) to join it: ranks arriving late, not data moving.  A late rank
+ * how long this rank sat idle with one of its peers in the call (those it
+ * moves data with, and its two ring neighbours, which check that the
+ * ranks agree) yet to join it: ranks arriving late, not data moving.  A
+ * late rank's own sends before it sees the others are not wait.  A late rank
  * further away shows up as a stall inside the transfer instead.  Over
  * CUDA IPC a rank
  * "receives" what its GPU reads from a peer's memory and "sends" what the

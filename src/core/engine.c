@@ -183,7 +183,7 @@ static hoop_result_t receive_header(struct hoop_plan *p, struct hoop_link *l,
   HOOP_CHECK(check_header(p, l, bytes));
   l->conn->ops->release(l->conn, HEADER_BYTES);
   l->hdr_done = HEADER_BYTES;
-  p->joined_ns = hoop__now_ns();
+  p->headers_pending--;
   *progress = 1;
   return HOOP_SUCCESS;
 }
@@ -461,11 +461,13 @@ static hoop_result_t prepare(struct hoop_plan *p) {
 
 /* Resets a prepared plan's progress and opens its streams for this call. */
 static void start(struct hoop_plan *p) {
-  p->started_ns = p->joined_ns = hoop__now_ns();
+  p->wait_ns = 0;
+  p->headers_pending = 0;
   for (int i = 0; i < p->nops; i++)
     p->ops[i].done = 0;
   for (int i = 0; i < p->nlinks; i++) {
     struct hoop_link *l = &p->links[i];
+    p->headers_pending += !l->send;
     l->cur = 0;
     l->hdr_done = 0;
     l->want_poll = 0;
@@ -484,11 +486,18 @@ hoop_result_t hoop__engine_run(struct hoop_plan *p) {
   start(p);
   long long deadline = hoop__now_ms() + comm->timeout_ms;
   long long idle_since_ns = hoop__now_ns();
+  int idle = 0; /* the last pass over the links moved nothing */
   for (;;) {
     if (__atomic_load_n(&comm->aborted, __ATOMIC_ACQUIRE))
       return HOOP_ERROR(comm, HOOP_ERR_ABORTED,
                         "hoop_comm_abort() was called during the "
                         "collective");
+    /*
+     * Idle with a peer's header still missing is waiting for that peer to
+     * join; what the rank spends on its own first sends is not, so the
+     * wait is the idle time, up to the pass that ends it.
+     */
+    long long pass_ns = idle && p->headers_pending > 0 ? hoop__now_ns() : 0;
     int progress = 0, done = 1;
     /* Receiving first frees what sends wait on; then receive again. */
     for (int pass = 0; pass < 2; pass++) {
@@ -502,11 +511,14 @@ hoop_result_t hoop__engine_run(struct hoop_plan *p) {
           return prefer_notice(comm, res);
       }
     }
+    if (progress && pass_ns != 0)
+      p->wait_ns += pass_ns - idle_since_ns;
     for (int i = 0; i < p->nlinks && done; i++)
       done = link_done(&p->links[i]);
     if (done)
       return HOOP_SUCCESS;
     long long now_ns = hoop__now_ns();
+    idle = !progress;
     if (progress) {
       idle_since_ns = now_ns;
       deadline = now_ns / 1000000 + comm->timeout_ms;

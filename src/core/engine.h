@@ -152,8 +152,13 @@ struct hoop_plan {
   struct hoop_link *links;
   int nlinks, links_cap;
   int cold; /* received data goes past the caches (see HOOP_COLD_BYTES) */
-  /* This run: its start, and when the last peer's header came in. */
-  long long started_ns, joined_ns;
+  /*
+   * This run: the receiving links whose peer has not sent its header yet
+   * (not joined the call), and the time spent idle while one had not:
+   * waiting for a late rank, not moving data.
+   */
+  long long wait_ns;
+  int headers_pending;
 };
 
 /* Plan building; every function records its error on the communicator. */

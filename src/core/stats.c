@@ -12,7 +12,7 @@ void hoop__stats_count(struct hoop_comm *comm, const struct hoop_plan *plan,
   hoop_coll_stats_t *s = &comm->stats.by_coll[label][algo];
   s->calls++;
   s->time_ns += (uint64_t)ns;
-  s->wait_ns += (uint64_t)(plan->joined_ns - plan->started_ns);
+  s->wait_ns += (uint64_t)plan->wait_ns;
   for (int i = 0; i < plan->nlinks; i++) {
     const struct hoop_link *l = &plan->links[i];
     int peer = l->conn->peer;
