@@ -56,6 +56,7 @@ struct options {
   int corrupt; /* HOOP_BENCH_CORRUPT */
   enum bench_memory memory; /* -m */
   size_t evict_bytes;       /* -E */
+  int stagger_us;           /* -S */
 };
 
 /* Payload bytes of one call, from hoop_comm_get_stats. */
@@ -171,7 +172,7 @@ static void usage(void) {
          "[-f factor] [-n iters] [-w warmup]\n"
          "                  [-c 0|1] [-d dtype] [-o op] [-r root] [-a algo] "
          "[-m host|cuda]\n"
-         "                  [-J file.jsonl] [-B 0|1] [-E bytes]\n"
+         "                  [-J file.jsonl] [-B 0|1] [-E bytes] [-S us]\n"
          "  colls: allreduce (default) reducescatter allgather broadcast "
          "reduce alltoall\n"
          "  dtypes: int8 uint8 int32 uint32 int64 uint64 half float double "
@@ -190,6 +191,11 @@ static void usage(void) {
          "does), so the\n"
          "      call finds cold caches; host buffers only (e.g. -E 2M for "
          "a 1 MiB L2)\n"
+         "  -S us: in timed call i, rank i mod N computes for this long "
+         "after the barrier;\n"
+         "      the time is that last rank's, from its arrival (a training "
+         "step's\n"
+         "      all-reduce after a slow backward pass)\n"
          "  HOOP_BENCH_CORRUPT=1: spoil one result element (tests -c)\n");
 }
 
@@ -223,7 +229,7 @@ static struct options parse_options(int argc, char **argv) {
       {NULL, 0, NULL, 0},
   };
   int ch, op_given = 0, root_given = 0;
-  while ((ch = getopt_long(argc, argv, "C:b:e:f:n:w:c:d:o:r:a:m:J:B:E:h",
+  while ((ch = getopt_long(argc, argv, "C:b:e:f:n:w:c:d:o:r:a:m:J:B:E:S:h",
                            longopts, NULL)) != -1) {
     switch (ch) {
     case 'C': o.coll = find_coll(optarg); break;
@@ -235,6 +241,7 @@ static struct options parse_options(int argc, char **argv) {
     case 'c': o.check = parse_int(optarg, "-c"); break;
     case 'B': o.traffic = parse_int(optarg, "-B"); break;
     case 'E': o.evict_bytes = parse_size(optarg); break;
+    case 'S': o.stagger_us = parse_int(optarg, "-S"); break;
     case 'r':
       o.root = parse_int(optarg, "-r");
       root_given = 1;
@@ -270,9 +277,9 @@ static struct options parse_options(int argc, char **argv) {
     usage_error("unexpected argument \"%s\"", argv[optind]);
   if (o.iters < 1 || o.warmup < 0 || o.step_factor < 2 ||
       o.min_bytes > o.max_bytes || (o.check != 0 && o.check != 1) ||
-      (o.traffic != 0 && o.traffic != 1) || o.root < 0) {
+      (o.traffic != 0 && o.traffic != 1) || o.root < 0 || o.stagger_us < 0) {
     fprintf(stderr, "hoop-bench: need -n >= 1, -w >= 0, -f >= 2, -b <= -e, "
-                    "-c and -B 0 or 1, -r >= 0\n");
+                    "-c and -B 0 or 1, -r >= 0, -S >= 0\n");
     exit(2);
   }
   check_fit(&o, op_given, root_given);
@@ -438,6 +445,20 @@ static void evict_caches(struct ctx *c, char *input, size_t input_bytes) {
     in[i] = in[i];
 }
 
+/*
+ * -S.  The others wait in the call, as a trainer's ranks wait for the one
+ * whose backward pass ran long; it computes rather than sleeps, as that
+ * rank would.  What it then spends in the call is what its step pays.
+ */
+static int arrive_late(struct ctx *c, int iteration) {
+  if (c->opt.stagger_us == 0 || iteration % c->nranks != c->rank)
+    return 0;
+  double t0 = now_us();
+  while (now_us() - t0 < c->opt.stagger_us)
+    ;
+  return 1;
+}
+
 static void time_call(struct ctx *c, const struct bench_call *call,
                       char *input, size_t input_bytes, struct placement *p) {
   for (int i = 0; i < c->opt.warmup; i++)
@@ -446,9 +467,11 @@ static void time_call(struct ctx *c, const struct bench_call *call,
     if (c->evict != NULL)
       evict_caches(c, input, input_bytes);
     CHECK(c, hoop_barrier(c->comm));
+    int late = arrive_late(c, i);
     double t0 = now_us();
     run_once(c, call);
-    c->times[i] = now_us() - t0;
+    /* Staggered, only the late rank's time counts (the max below). */
+    c->times[i] = c->opt.stagger_us == 0 || late ? now_us() - t0 : 0;
   }
   /* The slowest rank decides each iteration; gathered outside the timing. */
   CHECK(c, hoop_allreduce(c->comm, c->times, c->times, (size_t)c->opt.iters,
@@ -472,6 +495,9 @@ static void print_header(const struct ctx *c) {
   if (c->opt.evict_bytes > 0)
     printf("# caches: %zu bytes of other memory written before each call "
            "(-E)\n", c->opt.evict_bytes);
+  if (c->opt.stagger_us > 0)
+    printf("# arrival: in call i rank i mod N starts %d us after the others "
+           "(-S); time is that rank's\n", c->opt.stagger_us);
   printf("# time: median over iterations of the slowest rank; busbw = "
          "algbw * %s\n", k->bus_factor_text);
   if (c->opt.traffic)

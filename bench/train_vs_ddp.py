@@ -102,31 +102,27 @@ def summarise(rows, key_rate, key_secs, key_acc):
             float(rows[-1][key_acc]))
 
 
-def evict_bytes():
-    """Twice this core's L2 (getconf), 4 MiB where it is not known: what
-    hoop-bench -E writes to leave a call the caches a training step does."""
-    try:
-        l2 = int(subprocess.run(["getconf", "LEVEL2_CACHE_SIZE"],
-                                capture_output=True, text=True).stdout)
-    except ValueError:
-        l2 = 0
-    return 2 * l2 if l2 > 0 else 4 << 20
+# hoop-bench -S: one rank arrives this late (us), inside the waiting
+# ranks' spin-and-yield window (HOOP_SPIN_US + HOOP_YIELD_US, 205 us) and
+# past it, where they sleep and must be woken.
+STAGGERS = (100, 1000)
 
 
-def bench_buckets(a, ranks, algo, buckets, log, evict=0):
+def bench_buckets(a, ranks, algo, buckets, log, stagger=0):
     """hoop-bench's median time (us) per bucket size, same ranks/algo/op.
 
     hoop-train averages its gradients in place, so the bench averages and
     its in-place column is read: the division is part of what a step's
-    all-reduce costs.  With evict, hoop-bench -E evict: every call first
-    finds caches that other memory has filled.
+    all-reduce costs.  With stagger, hoop-bench -S stagger: one rank comes
+    that late to each call, and its time from arriving is what counts.
     """
     total = 0.0
     for size in buckets:
         argv = [str(a.build / "tools" / "hoop-run"), "--no-prefix", "-n",
                 str(ranks), str(a.build / "bench" / "hoop-bench"), "-a", algo,
                 "-o", "avg", "-b", str(size), "-e", str(size), "-n", "200",
-                "-w", "20", "-c", "1"] + (["-E", str(evict)] if evict else [])
+                "-w", "20", "-c", "1"] + (["-S", str(stagger)] if stagger
+                                          else [])
         rc, out, err, _ = execute(argv, a.timeout)
         log.append((" ".join(argv), out + err))
         run = Run("hoop", ranks, 0, argv, rc=rc, stdout=out, stderr=err)
@@ -195,8 +191,8 @@ def main():
         med_moving = statistics.median(float(r["step_moving_median_us"])
                                        for r in rows[1:])
         bench_us = bench_buckets(a, ranks, algo, buckets, log)
-        evict = evict_bytes()
-        cold_us = bench_buckets(a, ranks, algo, buckets, log, evict)
+        late_us = [bench_buckets(a, ranks, algo, buckets, log, s)
+                   for s in STAGGERS]
         comm_lines = [
             f"- {ranks} ranks, algorithm {algo}, buckets {buckets} bytes, "
             f"{steps} steps per epoch; rank 0's figures, median over "
@@ -207,13 +203,15 @@ def main():
             f"- hoop-train all-reduce time per step, median over steps: "
             f"{med_step:.1f} us; without the wait: {med_moving:.1f} us",
             f"- hoop-bench, same buckets, same ranks, in place, sum of "
-            f"medians: {bench_us:.1f} us; with -E {evict} (caches filled "
-            f"with other data before each call, as backward leaves them): "
-            f"{cold_us:.1f} us",
+            f"medians: {bench_us:.1f} us; the late rank's, with one rank "
+            f"arriving late (-S): " +
+            ", ".join(f"{s} us late {t:.1f} us"
+                      for s, t in zip(STAGGERS, late_us)),
             f"- ratio train / bench, medians: {med_step / bench_us:.2f}; "
             f"without the wait for late ranks: "
             f"{med_moving / bench_us:.2f}; without the wait, against the "
-            f"bench with -E: {med_moving / cold_us:.2f}"]
+            f"bench with a rank {STAGGERS[0]} us late: "
+            f"{med_moving / late_us[0]:.2f}"]
 
     # One run per trainer says little about accuracy: SGD at lr 0.1 moves
     # the final figure by a point or two from seed to seed.

@@ -212,6 +212,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadFlags{"-n ten", "-n: \"ten\" is not a number"},
         BadFlags{"-c 2", "-c and -B 0 or 1"},
         BadFlags{"-E lots", "bad size \"lots\""},
+        BadFlags{"-S -5", "-S >= 0"},
         BadFlags{"-d float128", "unknown dtype \"float128\""},
         BadFlags{"stray", "unexpected argument \"stray\""}),
     [](const ::testing::TestParamInfo<BadFlags> &p) {
@@ -260,6 +261,26 @@ TEST(Bench, EvictsCachesBeforeEachCallWhenAsked) {
     EXPECT_EQ(r[8], "0") << out.text;
     EXPECT_EQ(r[12], "0") << out.text;
   }
+}
+
+// -S: in each timed call one rank arrives 50 ms after the others, and the
+// time is that rank's from its arrival, so it is well under the 50 ms its
+// peers spent waiting (which the slowest-rank rule would have reported).
+TEST(Bench, StaggeredCallsTimeTheLateRankFromItsArrival) {
+  Output out = run_shell(std::string(HOOP_RUN_PATH) + " --no-prefix -n 3 " +
+                         HOOP_BENCH_PATH +
+                         " -b 4K -e 4K -n 3 -w 1 -c 1 -S 50000");
+  ASSERT_EQ(out.status, 0) << out.text;
+  EXPECT_NE(out.text.find("# arrival: in call i rank i mod N starts 50000 "
+                          "us after the others (-S)"),
+            std::string::npos)
+      << out.text;
+  auto rows = hooptest::bench_rows(out.text);
+  ASSERT_EQ(rows.size(), 1u) << out.text;
+  ASSERT_EQ(rows[0].size(), 13u) << out.text;
+  EXPECT_EQ(rows[0][8], "0") << out.text;
+  EXPECT_LT(std::stod(rows[0][5]), 50000.0) << out.text;
+  EXPECT_LT(std::stod(rows[0][9]), 50000.0) << out.text;
 }
 
 // nccl-tests spellings pick the same collective.
