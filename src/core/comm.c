@@ -514,6 +514,14 @@ static void learn_host(struct hoop_comm *comm) {
    * short default spin (5 us) only saves the system calls of yielding
    * when the answer is already on its way: a 4 KiB all-reduce on 2 ranks
    * over shm took 1.5 us without it and 0.95 us with it.
+   *
+   * The yield window (2 ms) is long because sleeping is paid for by
+   * someone else: the last rank into a call, the one its job waits for.
+   * A peer asleep in poll() took 50-65 us to wake on this machine, and an
+   * 87 KB all-reduce of a rank 300-1000 us late took 52-83 us against
+   * 13-18 us with its peer still yielding (hoop-bench -S;
+   * bench/results/2026-11-23-train-comm-late-arrival.md).  With 200 us the
+   * test suite took 372 s, with 2 ms 362 s.
    */
   comm->yield_ns = (long long)hoop__param_yield_us() * 1000;
 }

@@ -15,7 +15,7 @@
   X(sockbuf_bytes, "HOOP_SOCKBUF_BYTES", 4 * 1024 * 1024)                   \
   X(pipeline_bytes, "HOOP_PIPELINE_BYTES", 4 * 1024 * 1024)                 \
   X(spin_us, "HOOP_SPIN_US", 5)                                             \
-  X(yield_us, "HOOP_YIELD_US", 200)                                         \
+  X(yield_us, "HOOP_YIELD_US", 2000)                                        \
   X(shm_slot_bytes, "HOOP_SHM_SLOT_BYTES", 256 * 1024)                      \
   X(shm_slots, "HOOP_SHM_SLOTS", 8)                                          \
   X(alpha_ns, "HOOP_ALPHA_NS", 20000)                                        \
