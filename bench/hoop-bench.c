@@ -284,8 +284,7 @@ static struct options parse_options(int argc, char **argv) {
   }
   check_fit(&o, op_given, root_given);
   if (o.evict_bytes > 0 && o.memory != BENCH_HOST)
-    usage_error("-E: evicts this CPU's caches, so needs -m host, not %s",
-                "-m cuda");
+    usage_error("%s", "-E evicts this CPU's caches, so it needs -m host");
   const char *corrupt = getenv("HOOP_BENCH_CORRUPT");
   o.corrupt = corrupt != NULL && strcmp(corrupt, "1") == 0;
   return o;

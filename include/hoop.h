@@ -363,13 +363,12 @@ HOOP_API hoop_result_t hoop_comm_transport(hoop_comm_t comm, int a, int b,
  * not headers; time is wall time inside the calls.  Of that time, wait is
  * how long this rank sat idle with one of its peers in the call (those it
  * moves data with, and its two ring neighbours, which check that the
- * ranks agree) yet to join it: ranks arriving late, not data moving.  A
- * late rank's own sends before it sees the others are not wait.  A late rank
- * further away shows up as a stall inside the transfer instead.  Over
- * CUDA IPC a rank
- * "receives" what its GPU reads from a peer's memory and "sends" what the
- * peer reads from its own, and time runs from the call to the GPU's
- * completion.  Reading the counters first waits for queued device calls.
+ * ranks agree) yet to join it: ranks arriving late, not data moving.  The
+ * last rank in counts none; a late rank further away shows up as a stall
+ * inside the transfer instead.  Over CUDA IPC a rank "receives" what its
+ * GPU reads from a peer's memory and "sends" what the peer reads from its
+ * own, and time runs from the call to the GPU's completion.  Reading the
+ * counters first waits for queued device calls.
  */
 typedef struct hoop_coll_stats {
   uint64_t calls;
