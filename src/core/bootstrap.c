@@ -90,29 +90,37 @@ hoop_result_t hoop__uid_parse(const hoop_unique_id_t *id,
   return HOOP_SUCCESS;
 }
 
+static uint64_t hash_text(uint64_t h, const char *text) {
+  for (const char *p = text; *p != '\0'; p++)
+    h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+  return h;
+}
+
 /*
- * A stable hash of this host: its boot, hostname and network namespace.
- * Containers on one kernel share the boot id but not (usually) their
- * hostname or /dev/shm, and emulated hosts differ by namespace; ranks
- * with equal hashes can share memory.
+ * Stable hashes of this machine (its kernel's boot: ranks that share it
+ * share its cores) and of this host: the boot, hostname and network
+ * namespace.  Containers on one kernel share the boot id but not
+ * (usually) their hostname or /dev/shm, and emulated hosts differ by
+ * namespace; ranks with equal host hashes can share memory.  Without a
+ * boot id each host counts as a machine of its own.
  */
-static uint64_t host_hash(void) {
-  uint64_t h = 1469598103934665603ULL;
-  char id[64 + 256] = "";
+static void identify(struct hoop_peer_info *me) {
+  char boot[64] = "";
   FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
   if (f != NULL) {
-    if (fgets(id, 64, f) == NULL)
-      id[0] = '\0';
+    if (fgets(boot, sizeof boot, f) == NULL)
+      boot[0] = '\0';
     fclose(f);
   }
-  size_t used = strlen(id);
-  gethostname(id + used, sizeof id - used - 1);
-  for (const char *p = id; *p != '\0'; p++)
-    h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+  char host[256] = "";
+  gethostname(host, sizeof host - 1);
+  uint64_t h = hash_text(hash_text(1469598103934665603ULL, boot), host);
   struct stat st;
   if (stat("/proc/self/ns/net", &st) == 0)
     h = (h ^ (uint64_t)st.st_ino) * 1099511628211ULL;
-  return h;
+  me->host_hash = h;
+  me->machine_hash =
+      boot[0] != '\0' ? hash_text(1469598103934665603ULL, boot) : h;
 }
 
 /* Entries in a directory, or 0 when it does not exist. */
@@ -157,7 +165,7 @@ static void fill_self(struct hoop_comm *comm, const struct hoop_addr *listen) {
   struct hoop_peer_info *me = &comm->peers[comm->rank];
   memset(me, 0, sizeof *me);
   me->addr = *listen;
-  me->host_hash = host_hash();
+  identify(me);
   me->rank = comm->rank;
   me->pid = (int32_t)getpid();
   gethostname(me->hostname, sizeof me->hostname - 1);

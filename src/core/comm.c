@@ -485,16 +485,23 @@ static hoop_result_t apply_config(struct hoop_comm *comm,
   return HOOP_SUCCESS;
 }
 
+/* The longest yield window when this machine's ranks outnumber its cores. */
+#define CROWDED_YIELD_US 200
+
 /*
  * Where the ranks are: whether they all share this host, and how many
- * cores it has.  Busy-polling only pays when every local rank has a core;
- * with more ranks than cores a spinning rank steals the time its peer
- * needs to answer.
+ * cores it has.  Busy-polling only pays when every rank on this machine
+ * (emulated hosts included: they share its cores) has a core; with more
+ * ranks than cores a spinning rank steals the time its peer needs to
+ * answer.
  */
 static void learn_host(struct hoop_comm *comm) {
-  int local = 0;
-  for (int i = 0; i < comm->nranks; i++)
-    local += comm->peers[i].host_hash == comm->peers[comm->rank].host_hash;
+  const struct hoop_peer_info *me = &comm->peers[comm->rank];
+  int local = 0, sharing = 0;
+  for (int i = 0; i < comm->nranks; i++) {
+    local += comm->peers[i].host_hash == me->host_hash;
+    sharing += comm->peers[i].machine_hash == me->machine_hash;
+  }
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   comm->host_cores = cores > 0 ? (int)cores : 1;
   comm->single_host = local == comm->nranks;
@@ -503,9 +510,8 @@ static void learn_host(struct hoop_comm *comm) {
     if (i != comm->rank &&
         hoop__transport_pick(comm, comm->rank, i) != &hoop__shm_transport)
       comm->host_shm = 0;
-  comm->spin_ns = local > comm->host_cores
-                      ? 0
-                      : (long long)hoop__param_spin_us() * 1000;
+  int crowded = sharing > comm->host_cores;
+  comm->spin_ns = crowded ? 0 : (long long)hoop__param_spin_us() * 1000;
   /*
    * Yielding lets a peer on this core run and answer, where spinning
    * would hold the core until the scheduler preempts: with both cores of
@@ -521,9 +527,16 @@ static void learn_host(struct hoop_comm *comm) {
    * 87 KB all-reduce of a rank 300-1000 us late took 52-83 us against
    * 13-18 us with its peer still yielding (hoop-bench -S;
    * bench/results/2026-11-23-train-comm-late-arrival.md).  With 200 us the
-   * test suite took 372 s, with 2 ms 362 s.
+   * test suite took 372 s, with 2 ms 362 s.  But where ranks outnumber
+   * cores a yielding rank keeps taking turns from one with work: the
+   * parameter server over TCP, 4 ranks on 2 cores, 256 KiB, took 281 us
+   * (median of 8) with 2 ms against 251 with 200 us.  There the window
+   * stays at 200 us.
    */
-  comm->yield_ns = (long long)hoop__param_yield_us() * 1000;
+  long long yield_us = hoop__param_yield_us();
+  if (crowded && yield_us > CROWDED_YIELD_US)
+    yield_us = CROWDED_YIELD_US;
+  comm->yield_ns = yield_us * 1000;
 }
 
 hoop_result_t hoop__comm_create(struct hoop_comm **out, int nranks, int rank,

@@ -27,6 +27,7 @@
 struct hoop_peer_info {
   struct hoop_addr addr; /* where it accepts data connections */
   uint64_t host_hash;    /* boot id + hostname + network namespace */
+  uint64_t machine_hash; /* boot id: ranks sharing this kernel's cores */
   int32_t rank;
   int32_t pid;
   uint32_t caps;         /* HOOP_CAP_* */
