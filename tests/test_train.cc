@@ -5,10 +5,12 @@
 // (on the CPU, and on a CUDA device where there is one), checkpoints, and
 // the binary end to end on Fashion-MNIST.
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -682,6 +684,65 @@ TEST(Ddp, StepMediansSetTheWaitForLateRanksApart) {
     ddp_destroy(d);
   });
   EXPECT_TRUE(result.all_ok()) << hooptest::describe(result);
+}
+
+// Each step all-reduces each bucket exactly once, whichever thread reduces
+// the last one.  A step whose last bucket ran in ddp_wait used to leave the
+// communication thread a stale queue entry, which it ran again (with
+// whatever the buffer held, in lockstep on both ranks, so no error) if it
+// first ran or woke before the next step.  Each rank is pinned to one core
+// so that a new ddp's thread first runs when the rank sleeps; the sleep
+// after every step is where a training step would run its optimizer.  Odd
+// steps pause before layer 0, so the thread is idle and the last bucket is
+// held; even steps do not.
+TEST(Ddp, EachStepReducesEachBucketOnce) {
+  for (size_t bucket_bytes : {size_t{1} << 20, size_t{4096}}) {
+    auto result = run_ranks(2, [bucket_bytes](RankLog &log, hoop_comm_t comm,
+                                              int rank, int) {
+      const size_t offset[] = {0, 1000, 3000};
+      std::vector<float> grads(offset[2]);
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(rank % sysconf(_SC_NPROCESSORS_ONLN), &one);
+      RANK_EXPECT(log, sched_setaffinity(0, sizeof one, &one) == 0,
+                  "sched_setaffinity: %s", std::strerror(errno));
+      const int lives = 200, steps = 4;
+      int nbuckets = 0;
+      for (int life = 0; life < lives && log.ok(); life++) {
+        char err[512];
+        ddp_t *d = ddp_create(comm, grads.data(), nullptr, 2, offset,
+                              bucket_bytes, err, sizeof err);
+        RANK_EXPECT(log, d != nullptr, "%s", err);
+        if (d == nullptr)
+          return;
+        nbuckets = ddp_nbuckets(d);
+        double wait_s = 0;
+        for (int s = 0; s < steps && log.ok(); s++) {
+          float v = static_cast<float>(life * steps + s + rank);
+          std::fill(grads.begin(), grads.end(), v);
+          ddp_begin_sync(d);
+          ddp_layer_done(d, 1);
+          if (s % 2)
+            usleep(50);
+          ddp_layer_done(d, 0);
+          RANK_EXPECT(log, ddp_wait(d, &wait_s, err, sizeof err) == 0,
+                      "life %d step %d: %s", life, s, err);
+          usleep(100);
+          RANK_EXPECT(log, grads[0] == v - rank + 0.5f &&
+                      grads[offset[2] - 1] == v - rank + 0.5f,
+                      "life %d step %d averaged to %g and %g", life, s,
+                      grads[0], grads[offset[2] - 1]);
+        }
+        ddp_destroy(d);
+      }
+      ddp_counts_t n = ddp_allreduce_counts(comm, HOOP_ALGO_AUTO);
+      RANK_EXPECT(log, n.calls == (uint64_t)lives * steps * nbuckets,
+                  "%llu all-reduce calls in %d steps of %d bucket(s)",
+                  (unsigned long long)n.calls, lives * steps, nbuckets);
+    });
+    EXPECT_TRUE(result.all_ok()) << bucket_bytes << " B buckets: "
+                                 << hooptest::describe(result);
+  }
 }
 
 // The last bucket, reduced by the thread that waits in ddp_wait once the

@@ -283,8 +283,11 @@ int ddp_wait(ddp_t *d, double *wait_s, char *err, size_t errlen) {
   /* The thread is idle and stays so (nothing more is queued this step),
    * so the communicator is this thread's. */
   if (d->held >= 0) {
+    /* Counted as queued and taken before the lock drops, so that a wakeup
+     * of the communication thread finds nothing to take. */
+    d->queue[d->queued++] = d->held;
+    d->taken++;
     run_bucket(d, &d->buckets[d->held]);
-    d->queued++;
     d->finished++;
     d->held = -1;
   }
