@@ -108,13 +108,25 @@ def summarise(rows, key_rate, key_secs, key_acc):
 STAGGERS = (100, 5000)
 
 
-def bench_buckets(a, ranks, algo, buckets, log, stagger=0):
+def last_level_cache_bytes():
+    """The largest CPU cache sysfs lists (per instance), or 32 MiB."""
+    largest = 0
+    for f in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        text = f.read_text().strip()
+        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+        largest = max(largest, int(text.rstrip("KMG")) * scale)
+    return largest or 32 << 20
+
+
+def bench_buckets(a, ranks, algo, buckets, log, stagger=0, evict=0):
     """hoop-bench's median time (us) per bucket size, same ranks/algo/op.
 
     hoop-train averages its gradients in place, so the bench averages and
     its in-place column is read: the division is part of what a step's
     all-reduce costs.  With stagger, hoop-bench -S stagger: one rank comes
     that late to each call, and its time from arriving is what counts.
+    With evict, hoop-bench -E evict: each rank writes that much other
+    memory before each call, as a training step's forward and backward do.
     """
     total = 0.0
     for size in buckets:
@@ -122,7 +134,9 @@ def bench_buckets(a, ranks, algo, buckets, log, stagger=0):
                 str(ranks), str(a.build / "bench" / "hoop-bench"), "-a", algo,
                 "-o", "avg", "-b", str(size), "-e", str(size), "-n", "200",
                 "-w", "20", "-c", "1"] + (["-S", str(stagger)] if stagger
-                                          else [])
+                                          else []) + (
+                                              ["-E", str(evict)] if evict
+                                              else [])
         rc, out, err, _ = execute(argv, a.timeout)
         log.append((" ".join(argv), out + err))
         run = Run("hoop", ranks, 0, argv, rc=rc, stdout=out, stderr=err)
@@ -193,6 +207,11 @@ def main():
         bench_us = bench_buckets(a, ranks, algo, buckets, log)
         late_us = [bench_buckets(a, ranks, algo, buckets, log, s)
                    for s in STAGGERS]
+        # Twice the last-level cache, so that none of hoop's buffers or
+        # the gradients' old lines survive, as after a step's compute.
+        evict = 2 * last_level_cache_bytes()
+        cold_us = bench_buckets(a, ranks, algo, buckets, log, STAGGERS[0],
+                                evict)
         comm_lines = [
             f"- {ranks} ranks, algorithm {algo}, buckets {buckets} bytes, "
             f"{steps} steps per epoch; rank 0's figures, median over "
@@ -211,7 +230,12 @@ def main():
             f"without the wait for late ranks: "
             f"{med_moving / bench_us:.2f}; without the wait, against the "
             f"bench with a rank {STAGGERS[0]} us late: "
-            f"{med_moving / late_us[0]:.2f}"]
+            f"{med_moving / late_us[0]:.2f}",
+            f"- hoop-bench as a training step finds the call, one rank "
+            f"{STAGGERS[0]} us late and {evict >> 20} MiB of other memory "
+            f"written by every rank before each call (-S {STAGGERS[0]} "
+            f"-E {evict}): {cold_us:.1f} us; hoop-train without the wait "
+            f"against it: {med_moving / cold_us:.2f}"]
 
     # One run per trainer says little about accuracy: SGD at lr 0.1 moves
     # the final figure by a point or two from seed to seed.
