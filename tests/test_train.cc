@@ -692,9 +692,9 @@ TEST(Ddp, StepMediansSetTheWaitForLateRanksApart) {
 // whatever the buffer held, in lockstep on both ranks, so no error) if it
 // first ran or woke before the next step.  Each rank is pinned to one core
 // so that a new ddp's thread first runs when the rank sleeps; the sleep
-// after every step is where a training step would run its optimizer.  Odd
-// steps pause before layer 0, so the thread is idle and the last bucket is
-// held; even steps do not.
+// after every step is where a training step would run its optimizer.  One
+// bucket is always held; of two, odd steps pause before layer 0 so that
+// the thread is idle and the last bucket is held, and even steps do not.
 TEST(Ddp, EachStepReducesEachBucketOnce) {
   for (size_t bucket_bytes : {size_t{1} << 20, size_t{4096}}) {
     auto result = run_ranks(2, [bucket_bytes](RankLog &log, hoop_comm_t comm,
