@@ -56,6 +56,7 @@ struct options {
   int corrupt; /* HOOP_BENCH_CORRUPT */
   enum bench_memory memory; /* -m */
   size_t evict_bytes;       /* -E */
+  int input_cold;           /* -I cold: -E leaves the input evicted too */
   int stagger_us;           /* -S */
 };
 
@@ -172,7 +173,8 @@ static void usage(void) {
          "[-f factor] [-n iters] [-w warmup]\n"
          "                  [-c 0|1] [-d dtype] [-o op] [-r root] [-a algo] "
          "[-m host|cuda]\n"
-         "                  [-J file.jsonl] [-B 0|1] [-E bytes] [-S us]\n"
+         "                  [-J file.jsonl] [-B 0|1] [-E bytes [-I warm|cold]]\n"
+         "                  [-S us]\n"
          "  colls: allreduce (default) reducescatter allgather broadcast "
          "reduce alltoall\n"
          "  dtypes: int8 uint8 int32 uint32 int64 uint64 half float double "
@@ -189,8 +191,12 @@ static void usage(void) {
          "other memory\n"
          "      and then the input (as a training step's backward pass "
          "does), so the\n"
-         "      call finds cold caches; host buffers only (e.g. -E 2M for "
-         "a 1 MiB L2)\n"
+         "      call finds cold caches; host buffers only (e.g. -E 64M for "
+         "a 32 MiB L3)\n"
+         "  -I cold: -E does not rewrite the input, which is then cold too "
+         "(gradients\n"
+         "      written early in the backward pass); -I warm is the "
+         "default\n"
          "  -S us: in timed call i, rank i mod N computes for this long "
          "after the barrier;\n"
          "      the time is that last rank's, from its arrival (a training "
@@ -229,7 +235,8 @@ static struct options parse_options(int argc, char **argv) {
       {NULL, 0, NULL, 0},
   };
   int ch, op_given = 0, root_given = 0;
-  while ((ch = getopt_long(argc, argv, "C:b:e:f:n:w:c:d:o:r:a:m:J:B:E:S:h",
+  int input_given = 0;
+  while ((ch = getopt_long(argc, argv, "C:b:e:f:n:w:c:d:o:r:a:m:J:B:E:I:S:h",
                            longopts, NULL)) != -1) {
     switch (ch) {
     case 'C': o.coll = find_coll(optarg); break;
@@ -241,6 +248,12 @@ static struct options parse_options(int argc, char **argv) {
     case 'c': o.check = parse_int(optarg, "-c"); break;
     case 'B': o.traffic = parse_int(optarg, "-B"); break;
     case 'E': o.evict_bytes = parse_size(optarg); break;
+    case 'I':
+      if (strcmp(optarg, "warm") != 0 && strcmp(optarg, "cold") != 0)
+        usage_error("-I wants warm or cold, not \"%s\"", optarg);
+      o.input_cold = strcmp(optarg, "cold") == 0;
+      input_given = 1;
+      break;
     case 'S': o.stagger_us = parse_int(optarg, "-S"); break;
     case 'r':
       o.root = parse_int(optarg, "-r");
@@ -285,6 +298,8 @@ static struct options parse_options(int argc, char **argv) {
   check_fit(&o, op_given, root_given);
   if (o.evict_bytes > 0 && o.memory != BENCH_HOST)
     usage_error("%s", "-E evicts this CPU's caches, so it needs -m host");
+  if (input_given && o.evict_bytes == 0)
+    usage_error("%s", "-I says what -E leaves of the input; it needs -E");
   const char *corrupt = getenv("HOOP_BENCH_CORRUPT");
   o.corrupt = corrupt != NULL && strcmp(corrupt, "1") == 0;
   return o;
@@ -433,12 +448,16 @@ static int cmp_double(const void *a, const void *b) {
  * state in this core's caches; inside a training step the backward pass
  * has just filled them with activations, and written the gradients that
  * are the input.  This does the same (the input keeps its values), so the
- * bench can be set beside a trainer's step.  Intel MPI Benchmarks'
+ * bench can be set beside a trainer's step.  Gradients that backward
+ * wrote early, before layers whose work outgrew the caches, are cold by
+ * the call too: -I cold.  Intel MPI Benchmarks'
  * -off_cache exists for the same reason.
  */
 static void evict_caches(struct ctx *c, char *input, size_t input_bytes) {
   for (size_t i = 0; i < c->opt.evict_bytes; i += 64)
     c->evict[i]++;
+  if (c->opt.input_cold)
+    return;
   volatile char *in = input;
   for (size_t i = 0; i < input_bytes; i += 64)
     in[i] = in[i];
@@ -493,7 +512,9 @@ static void print_header(const struct ctx *c) {
          c->opt.memory == BENCH_CUDA ? "cuda" : "host");
   if (c->opt.evict_bytes > 0)
     printf("# caches: %zu bytes of other memory written before each call "
-           "(-E)\n", c->opt.evict_bytes);
+           "(-E), %s\n", c->opt.evict_bytes,
+           c->opt.input_cold ? "the input left cold (-I cold)"
+                             : "then the input rewritten");
   if (c->opt.stagger_us > 0)
     printf("# arrival: in call i rank i mod N starts %d us after the others "
            "(-S); time is that rank's\n", c->opt.stagger_us);

@@ -118,7 +118,8 @@ def last_level_cache_bytes():
     return largest or 32 << 20
 
 
-def bench_buckets(a, ranks, algo, buckets, log, stagger=0, evict=0):
+def bench_buckets(a, ranks, algo, buckets, log, stagger=0, evict=0,
+                  input_cold=False):
     """hoop-bench's median time (us) per bucket size, same ranks/algo/op.
 
     hoop-train averages its gradients in place, so the bench averages and
@@ -126,7 +127,9 @@ def bench_buckets(a, ranks, algo, buckets, log, stagger=0, evict=0):
     all-reduce costs.  With stagger, hoop-bench -S stagger: one rank comes
     that late to each call, and its time from arriving is what counts.
     With evict, hoop-bench -E evict: each rank writes that much other
-    memory before each call, as a training step's forward and backward do.
+    memory before each call, as a training step's forward and backward do,
+    then rewrites the input (gradients just computed) unless input_cold
+    (-I cold: gradients computed early in backward).
     """
     total = 0.0
     for size in buckets:
@@ -136,7 +139,9 @@ def bench_buckets(a, ranks, algo, buckets, log, stagger=0, evict=0):
                 "-w", "20", "-c", "1"] + (["-S", str(stagger)] if stagger
                                           else []) + (
                                               ["-E", str(evict)] if evict
-                                              else [])
+                                              else []) + (
+                                                  ["-I", "cold"] if input_cold
+                                                  else [])
         rc, out, err, _ = execute(argv, a.timeout)
         log.append((" ".join(argv), out + err))
         run = Run("hoop", ranks, 0, argv, rc=rc, stdout=out, stderr=err)
@@ -212,6 +217,8 @@ def main():
         evict = 2 * last_level_cache_bytes()
         cold_us = bench_buckets(a, ranks, algo, buckets, log, STAGGERS[0],
                                 evict)
+        colder_us = bench_buckets(a, ranks, algo, buckets, log,
+                                  STAGGERS[0], evict, input_cold=True)
         comm_lines = [
             f"- {ranks} ranks, algorithm {algo}, buckets {buckets} bytes, "
             f"{steps} steps per epoch; rank 0's figures, median over "
@@ -235,7 +242,11 @@ def main():
             f"{STAGGERS[0]} us late and {evict >> 20} MiB of other memory "
             f"written by every rank before each call (-S {STAGGERS[0]} "
             f"-E {evict}): {cold_us:.1f} us; hoop-train without the wait "
-            f"against it: {med_moving / cold_us:.2f}"]
+            f"against it: {med_moving / cold_us:.2f}",
+            f"- the same with the gradients cold too (-I cold), as those "
+            f"backward wrote before its larger layers are: {colder_us:.1f} "
+            f"us; hoop-train without the wait against it: "
+            f"{med_moving / colder_us:.2f}"]
 
     # One run per trainer says little about accuracy: SGD at lr 0.1 moves
     # the final figure by a point or two from seed to seed.

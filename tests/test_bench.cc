@@ -227,6 +227,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadFlags{"-n ten", "-n: \"ten\" is not a number"},
         BadFlags{"-c 2", "-c and -B 0 or 1"},
         BadFlags{"-E lots", "bad size \"lots\""},
+        BadFlags{"-E 1M -I lukewarm", "-I wants warm or cold, not \"lukewarm\""},
+        BadFlags{"-I cold", "-I says what -E leaves of the input; it needs -E"},
         BadFlags{"-S -5", "-S >= 0"},
         BadFlags{"-d float128", "unknown dtype \"float128\""},
         BadFlags{"stray", "unexpected argument \"stray\""}),
@@ -252,18 +254,27 @@ TEST(Bench, CudaMemoryRunsOrIsRefusedWithAReason) {
   ExpectCheckedRows(out, 3);
 }
 
-// -E writes other memory before every call, untimed; the header says how
-// much, and the rows are measured and checked as without it.
+// -E writes other memory before every call, untimed, then the input
+// again unless -I cold; the header says which, and the rows are measured
+// and checked as without it.
 TEST(Bench, EvictsCachesBeforeEachCallWhenAsked) {
-  Output out = run_shell(std::string(HOOP_RUN_PATH) + " --no-prefix -n 3 " +
-                         HOOP_BENCH_PATH +
-                         " -o avg -b 1K -e 64K -f 8 -n 3 -w 1 -c 1 -E 256K");
-  ASSERT_EQ(out.status, 0) << out.text;
-  EXPECT_NE(out.text.find("# caches: 262144 bytes of other memory written "
-                          "before each call (-E)"),
-            std::string::npos)
-      << out.text;
-  ExpectCheckedRows(out, 3);
+  const std::pair<const char *, const char *> cases[] = {
+      {"", "then the input rewritten"},
+      {" -I warm", "then the input rewritten"},
+      {" -I cold", "the input left cold (-I cold)"}};
+  for (const auto &[flag, says] : cases) {
+    Output out = run_shell(std::string(HOOP_RUN_PATH) + " --no-prefix -n 3 " +
+                           HOOP_BENCH_PATH +
+                           " -o avg -b 1K -e 64K -f 8 -n 3 -w 1 -c 1 -E 256K" +
+                           flag);
+    ASSERT_EQ(out.status, 0) << flag << ": " << out.text;
+    EXPECT_NE(out.text.find(std::string("# caches: 262144 bytes of other "
+                                        "memory written before each call "
+                                        "(-E), ") + says),
+              std::string::npos)
+        << flag << ": " << out.text;
+    ExpectCheckedRows(out, 3);
+  }
 }
 
 // -S: in each timed call one rank arrives 50 ms after the others, and the
