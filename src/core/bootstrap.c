@@ -114,13 +114,13 @@ static void identify(struct hoop_peer_info *me) {
   }
   char host[256] = "";
   gethostname(host, sizeof host - 1);
-  uint64_t h = hash_text(hash_text(1469598103934665603ULL, boot), host);
+  uint64_t machine = hash_text(1469598103934665603ULL, boot);
+  uint64_t h = hash_text(machine, host);
   struct stat st;
   if (stat("/proc/self/ns/net", &st) == 0)
     h = (h ^ (uint64_t)st.st_ino) * 1099511628211ULL;
   me->host_hash = h;
-  me->machine_hash =
-      boot[0] != '\0' ? hash_text(1469598103934665603ULL, boot) : h;
+  me->machine_hash = boot[0] != '\0' ? machine : h;
 }
 
 /* Entries in a directory, or 0 when it does not exist. */
