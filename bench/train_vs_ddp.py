@@ -136,12 +136,13 @@ def bench_buckets(a, ranks, algo, buckets, log, stagger=0, evict=0,
         argv = [str(a.build / "tools" / "hoop-run"), "--no-prefix", "-n",
                 str(ranks), str(a.build / "bench" / "hoop-bench"), "-a", algo,
                 "-o", "avg", "-b", str(size), "-e", str(size), "-n", "200",
-                "-w", "20", "-c", "1"] + (["-S", str(stagger)] if stagger
-                                          else []) + (
-                                              ["-E", str(evict)] if evict
-                                              else []) + (
-                                                  ["-I", "cold"] if input_cold
-                                                  else [])
+                "-w", "20", "-c", "1"]
+        if stagger:
+            argv += ["-S", str(stagger)]
+        if evict:
+            argv += ["-E", str(evict)]
+        if input_cold:
+            argv += ["-I", "cold"]
         rc, out, err, _ = execute(argv, a.timeout)
         log.append((" ".join(argv), out + err))
         run = Run("hoop", ranks, 0, argv, rc=rc, stdout=out, stderr=err)

@@ -540,9 +540,9 @@ INSTANTIATE_TEST_SUITE_P(Ranks, Stats, ::testing::Values(2, 3, 4, 5, 8),
                          ranks_name);
 
 // A rank that joins late shows up as wait in its peers' counters, not in
-// its own, which counts none.  With three ranks every rank is a peer of every other: the
-// parameter server's root (rank 0) of the others, and the ring neighbours
-// that check the call of each other.
+// its own, which counts none.  With three ranks every rank is a peer of
+// every other: the parameter server's root (rank 0) of the others, and
+// the ring neighbours that check the call of each other.
 TEST(StatsWait, CountsTheTimeUntilLatePeersJoin) {
   RunResult r = run_ranks(3, [](RankLog &log, hoop_comm_t comm, int rank,
                                 int nranks) {
