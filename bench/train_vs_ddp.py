@@ -7,9 +7,10 @@ MLP 784-200-200-10 with SGD lr 0.1, momentum 0.9; or, --model cnn, the CNN
 of PyTorch's MNIST example with SGD lr 0.01, momentum 0.9, where lr 0.1
 diverges), batch 64 per rank, interleaved over repeats, and
 prints samples/s, seconds per epoch and test accuracy for both.  Then:
-hoop-train with its own defaults for --own-epochs epochs (accuracy target),
-and hoop-train's all-reduce time per step beside hoop-bench's time for the
-same gradient buckets on the same ranks.
+hoop-train's all-reduce time per step on the most ranks beside
+hoop-bench's time for the same gradient buckets, in --comm-pairs
+interleaved pairs of runs, and hoop-train with its own defaults for
+--own-epochs epochs (accuracy target).
 
   /usr/bin/python3 bench/train_vs_ddp.py --build build [--model cnn] --out FILE
 """
@@ -52,6 +53,9 @@ def parse_args(argv):
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--acc-seeds", default="1,2,3,4,5",
                    help="seeds for the accuracy comparison on one rank")
+    p.add_argument("--comm-pairs", type=int, default=5,
+                   help="training and bench runs, interleaved, for the "
+                   "communication comparison (0: none)")
     p.add_argument("--timeout", type=int, default=1800)
     p.add_argument("--out", type=Path, required=True)
     return p.parse_args(argv)
@@ -105,7 +109,7 @@ def summarise(rows, key_rate, key_secs, key_acc):
 # hoop-bench -S: one rank arrives this late (us), inside the waiting
 # ranks' spin-and-yield window (HOOP_SPIN_US + HOOP_YIELD_US, 2005 us by
 # default) and past it, where they sleep and must be woken.
-STAGGERS = (100, 5000)
+STAGGER_US = 100
 
 
 def last_level_cache_bytes():
@@ -154,6 +158,71 @@ def bench_buckets(a, ranks, algo, buckets, log, stagger=0, evict=0,
     return total
 
 
+def compare_comm(a, ranks, log):
+    """hoop-train's all-reduce per step beside hoop-bench on its buckets.
+
+    This machine's speed moves 2-4x from minute to minute, and within one
+    training run, so one run of each says little.  Each pair is a 2-epoch
+    training run (epoch 2's medians) followed at once by hoop-bench on the
+    same buckets; the ratio is taken within the pair, then its median over
+    the pairs.  The trainer's figure is each step's last rank in, timed
+    from its arrival, as hoop-bench times a call.
+    """
+    # Twice the last-level cache, so that none of hoop's buffers or the
+    # gradients' old lines survive, as after a step's compute.
+    evict = 2 * last_level_cache_bytes()
+    late = STAGGER_US
+    pairs = []
+    for _ in range(a.comm_pairs):
+        rows, out = run_hoop(a, ranks, ["--epochs", "2", "--optim", "sgd",
+                                        "--seed", "1"] + SAME[a.model], log)
+        buckets = [int(b) for line in out.splitlines()
+                   if "gradient buckets" in line
+                   for b in line.split(":")[-1].split()]
+        algo = rows[-1]["algo"]
+        pairs.append({
+            "step": float(rows[-1]["step_comm_median_us"]),
+            "moving": float(rows[-1]["step_moving_median_us"]),
+            "train": float(rows[-1]["step_last_in_median_us"]),
+            "bench": bench_buckets(a, ranks, algo, buckets, log),
+            "late": bench_buckets(a, ranks, algo, buckets, log, late),
+            "cold": bench_buckets(a, ranks, algo, buckets, log, late, evict),
+            "colder": bench_buckets(a, ranks, algo, buckets, log, late,
+                                    evict, input_cold=True)})
+    benches = ("bench", "late", "cold", "colder")
+    lines = [
+        f"- {ranks} ranks, algorithm {algo}, buckets {buckets} bytes; "
+        f"{a.comm_pairs} pairs",
+        "- train: epoch 2's median over steps of the last rank in's time "
+        "in the step's all-reduce calls, less hoop's wait counter (each "
+        "step's least over the ranks); rank 0's own median step, with and "
+        "without the wait, beside it",
+        "- bench: hoop-bench, same buckets and ranks, in place, averaging, "
+        "sum of the buckets' medians; -S: one rank arrives "
+        f"{late} us late and the late rank's time counts; -E: every rank "
+        f"writes {evict >> 20} MiB of other memory before each call, as a "
+        "step's forward and backward do; -I cold: the gradients are left "
+        "cold too, as those written early in backward are", "",
+        "| pair | train (us) | rank 0: step, without the wait (us) | "
+        "bench | -S | -S -E | -S -E -I cold | train / bench | train / -S "
+        "| train / -S -E | train / -S -E -I cold |",
+        "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for i, p in enumerate(pairs):
+        lines.append(
+            f"| {i + 1} | {p['train']:.1f} | {p['step']:.1f}, "
+            f"{p['moving']:.1f} | " +
+            " | ".join(f"{p[b]:.1f}" for b in benches) + " | " +
+            " | ".join(f"{p['train'] / p[b]:.2f}" for b in benches) + " |")
+    lines.append("")
+    for b, name in zip(benches, ("hoop-bench", f"-S {late}",
+                                 f"-S {late} -E {evict}",
+                                 f"-S {late} -E {evict} -I cold")):
+        ratios = [p["train"] / p[b] for p in pairs]
+        lines.append(f"- train / {name}: median {statistics.median(ratios):.2f}"
+                     f" (min {min(ratios):.2f}, max {max(ratios):.2f})")
+    return lines
+
+
 def main():
     a = parse_args(sys.argv[1:])
     log, table = [], []
@@ -166,7 +235,6 @@ def main():
                                  + SAME[a.model], log)
             results.setdefault(("hoop", ranks), []).append(
                 summarise(rows, "samples_per_s", "seconds", "test_acc"))
-            results.setdefault(("hoop-rows", ranks), []).append((rows, out))
             port += 1
             trows = run_torch(a, ranks, port, log)
             results.setdefault(("torch", ranks), []).append(
@@ -189,65 +257,6 @@ def main():
             lines.append(f"| {ranks} | {name} | {med[who][0]:.0f} "
                          f"({spread}) | {med[who][1]:.2f} | {accs} | {ratio} |")
         table.append(med)
-
-    # Communication per step against hoop-bench, from the last run on the
-    # most ranks (one rank has nothing to reduce).
-    comm_lines = []
-    ranks = max(a.ranks)
-    if ranks > 1:
-        rows, out = results[("hoop-rows", ranks)][-1]
-        buckets = [int(b) for line in out.splitlines()
-                   if "gradient buckets" in line
-                   for b in line.split(":")[-1].split()]
-        algo = rows[-1]["algo"]
-        steps = -(-(-(-60000 // ranks)) // 64)
-        per_step = statistics.median(float(r["comm_s"]) for r in rows[1:])
-        per_step = per_step / steps * 1e6
-        late = statistics.median(float(r["late_s"]) for r in rows[1:])
-        late = late / steps * 1e6
-        # hoop-bench reports a median call; so does hoop-train per step.
-        med_step = statistics.median(float(r["step_comm_median_us"])
-                                     for r in rows[1:])
-        med_moving = statistics.median(float(r["step_moving_median_us"])
-                                       for r in rows[1:])
-        bench_us = bench_buckets(a, ranks, algo, buckets, log)
-        late_us = [bench_buckets(a, ranks, algo, buckets, log, s)
-                   for s in STAGGERS]
-        # Twice the last-level cache, so that none of hoop's buffers or
-        # the gradients' old lines survive, as after a step's compute.
-        evict = 2 * last_level_cache_bytes()
-        cold_us = bench_buckets(a, ranks, algo, buckets, log, STAGGERS[0],
-                                evict)
-        colder_us = bench_buckets(a, ranks, algo, buckets, log,
-                                  STAGGERS[0], evict, input_cold=True)
-        comm_lines = [
-            f"- {ranks} ranks, algorithm {algo}, buckets {buckets} bytes, "
-            f"{steps} steps per epoch; rank 0's figures, median over "
-            "epochs 2 on",
-            f"- hoop-train all-reduce time per step, mean: {per_step:.1f} "
-            f"us, of which waiting for the other ranks to join the calls "
-            f"(hoop's wait counter) {late:.1f} us",
-            f"- hoop-train all-reduce time per step, median over steps: "
-            f"{med_step:.1f} us; without the wait: {med_moving:.1f} us",
-            f"- hoop-bench, same buckets, same ranks, in place, sum of "
-            f"medians: {bench_us:.1f} us; the late rank's, with one rank "
-            f"arriving late (-S): " +
-            ", ".join(f"{s} us late {t:.1f} us"
-                      for s, t in zip(STAGGERS, late_us)),
-            f"- ratio train / bench, medians: {med_step / bench_us:.2f}; "
-            f"without the wait for late ranks: "
-            f"{med_moving / bench_us:.2f}; without the wait, against the "
-            f"bench with a rank {STAGGERS[0]} us late: "
-            f"{med_moving / late_us[0]:.2f}",
-            f"- hoop-bench as a training step finds the call, one rank "
-            f"{STAGGERS[0]} us late and {evict >> 20} MiB of other memory "
-            f"written by every rank before each call (-S {STAGGERS[0]} "
-            f"-E {evict}): {cold_us:.1f} us; hoop-train without the wait "
-            f"against it: {med_moving / cold_us:.2f}",
-            f"- the same with the gradients cold too (-I cold), as those "
-            f"backward wrote before its larger layers are: {colder_us:.1f} "
-            f"us; hoop-train without the wait against it: "
-            f"{med_moving / colder_us:.2f}"]
 
     # One run per trainer says little about accuracy: SGD at lr 0.1 moves
     # the final figure by a point or two from seed to seed.
@@ -274,6 +283,10 @@ def main():
             f" (mean {mean['torch']:.4f}, sd {sd['torch']:.4f})",
             f"- difference of means (hoop - PyTorch): "
             f"{100 * (mean['hoop'] - mean['torch']):+.2f} points"]
+
+    comm_lines = []
+    if max(a.ranks) > 1 and a.comm_pairs > 0:
+        comm_lines = compare_comm(a, max(a.ranks), log)
 
     own_rows, _ = run_hoop(a, a.own_ranks,
                            ["--epochs", str(a.own_epochs), "--model", a.model],

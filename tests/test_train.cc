@@ -648,6 +648,8 @@ INSTANTIATE_TEST_SUITE_P(
 // late ranks: rank 1 finishes its "backward" 30 ms late every step, so
 // rank 0's steps take at least that long in all, and far less without the
 // wait; each call to ddp_step_medians covers the steps since the last.
+// The last rank in's median is one figure for all ranks, no more than any
+// rank's own median without the wait (a median of per-step minima).
 TEST(Ddp, StepMediansSetTheWaitForLateRanksApart) {
   auto result = run_ranks(2, [](RankLog &log, hoop_comm_t comm, int rank,
                                 int) {
@@ -669,18 +671,38 @@ TEST(Ddp, StepMediansSetTheWaitForLateRanksApart) {
       ddp_layer_done(d, 0);
       RANK_EXPECT(log, ddp_wait(d, &wait_s, err, sizeof err) == 0, "%s", err);
     }
-    double comm_s = -1, moving_s = -1;
-    size_t n = ddp_step_medians(d, &comm_s, &moving_s);
-    RANK_EXPECT(log, n == (size_t)steps, "%zu steps recorded", n);
-    RANK_EXPECT(log, moving_s >= 0 && moving_s <= comm_s,
-                "median step %g s, %g s without the wait", comm_s, moving_s);
+    ddp_step_medians_t m;
+    RANK_EXPECT(log, ddp_step_medians(d, &m, err, sizeof err) == 0, "%s",
+                err);
+    RANK_EXPECT(log, m.steps == (size_t)steps, "%zu steps recorded",
+                m.steps);
+    RANK_EXPECT(log, m.moving_s >= 0 && m.moving_s <= m.comm_s,
+                "median step %g s, %g s without the wait", m.comm_s,
+                m.moving_s);
     if (rank == 0)
-      RANK_EXPECT(log, comm_s >= 0.025 && moving_s < 0.010,
+      RANK_EXPECT(log, m.comm_s >= 0.025 && m.moving_s < 0.010,
                   "rank 0's median step %.1f ms, %.1f ms without the wait "
-                  "for rank 1, 30 ms late", comm_s * 1e3, moving_s * 1e3);
-    n = ddp_step_medians(d, &comm_s, &moving_s);
-    RANK_EXPECT(log, n == 0 && comm_s == 0 && moving_s == 0,
-                "a second call saw %zu steps", n);
+                  "for rank 1, 30 ms late", m.comm_s * 1e3,
+                  m.moving_s * 1e3);
+    double least_moving = m.moving_s, lo = m.last_in_s, hi = m.last_in_s;
+    RANK_EXPECT(log,
+                hoop_allreduce(comm, &least_moving, &least_moving, 1,
+                               HOOP_F64, HOOP_MIN, nullptr) == HOOP_SUCCESS &&
+                    hoop_allreduce(comm, &lo, &lo, 1, HOOP_F64, HOOP_MIN,
+                                   nullptr) == HOOP_SUCCESS &&
+                    hoop_allreduce(comm, &hi, &hi, 1, HOOP_F64, HOOP_MAX,
+                                   nullptr) == HOOP_SUCCESS,
+                "%s", hoop_comm_last_error(comm));
+    RANK_EXPECT(log, lo == hi, "ranks' last-in medians differ: %g, %g s",
+                lo, hi);
+    RANK_EXPECT(log, m.last_in_s > 0 && m.last_in_s <= least_moving,
+                "last rank in %g s; least median without the wait %g s",
+                m.last_in_s, least_moving);
+    RANK_EXPECT(log, ddp_step_medians(d, &m, err, sizeof err) == 0, "%s",
+                err);
+    RANK_EXPECT(log, m.steps == 0 && m.comm_s == 0 && m.moving_s == 0 &&
+                         m.last_in_s == 0,
+                "a second call saw %zu steps", m.steps);
     ddp_destroy(d);
   });
   EXPECT_TRUE(result.all_ok()) << hooptest::describe(result);

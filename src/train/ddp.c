@@ -326,17 +326,49 @@ static double median(double *v, size_t n) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-size_t ddp_step_medians(ddp_t *d, double *comm_s, double *moving_s) {
-  *comm_s = *moving_s = 0.0;
+/*
+ * The per-step minimum over ranks of `v`'s first n values, in place; a
+ * collective.  The ranks first agree on how many steps all of them kept.
+ */
+static int min_over_ranks(hoop_comm_t comm, double *v, size_t *n) {
+  double kept = (double)*n;
+  if (hoop_allreduce(comm, &kept, &kept, 1, HOOP_F64, HOOP_MIN, NULL) !=
+      HOOP_SUCCESS)
+    return -1;
+  *n = (size_t)kept;
+  return hoop_allreduce(comm, v, v, *n, HOOP_F64, HOOP_MIN, NULL) ==
+                 HOOP_SUCCESS
+             ? 0
+             : -1;
+}
+
+int ddp_step_medians(ddp_t *d, ddp_step_medians_t *m, char *err,
+                     size_t errlen) {
+  *m = (ddp_step_medians_t){0};
   if (!d->have_thread)
     return 0;
   pthread_mutex_lock(&d->lock);
   size_t n = d->nsteps;
-  if (n > 0) {
-    *comm_s = median(d->comm_of_step, n);
-    *moving_s = median(d->moving_of_step, n);
-  }
   d->nsteps = 0;
+  m->steps = n;
+  if (n > 0) {
+    m->comm_s = median(d->comm_of_step, n);
+    /* median() sorts, so the copy the ranks combine step by step is taken
+     * first. */
+    memcpy(d->comm_of_step, d->moving_of_step, n * sizeof(double));
+    m->moving_s = median(d->moving_of_step, n);
+  }
   pthread_mutex_unlock(&d->lock);
-  return n;
+  if (d->stream != NULL)
+    return 0;
+  /* The communication thread is idle between steps, so the communicator
+   * is this thread's. */
+  if (min_over_ranks(d->comm, d->comm_of_step, &n) != 0) {
+    snprintf(err, errlen, "ddp: combining the ranks' step times failed: "
+             "%s", hoop_comm_last_error(d->comm));
+    return -1;
+  }
+  if (n > 0)
+    m->last_in_s = median(d->comm_of_step, n);
+  return 0;
 }

@@ -65,12 +65,25 @@ typedef struct ddp_counts {
  */
 ddp_counts_t ddp_allreduce_counts(hoop_comm_t comm, hoop_algo_t fallback);
 
+/* Medians over the steps averaged since the last ddp_step_medians(). */
+typedef struct ddp_step_times {
+  size_t steps;    /* how many (the first 65536 are kept) */
+  double comm_s;   /* a step's seconds in hoop_allreduce, this rank */
+  double moving_s; /* the same less hoop's wait for other ranks to join */
+  /*
+   * Each step's least moving_s over the ranks, which is the last rank to
+   * join's: its time from when all have joined to its result, as
+   * hoop-bench times a call (host gradients only; 0 on the device).
+   */
+  double last_in_s;
+} ddp_step_medians_t;
+
 /*
- * Medians over the steps averaged since the last call (the first 65536
- * of them): a step's seconds in hoop_allreduce (*comm_s), and the same
- * less hoop's count of time waiting for other ranks to join (*moving_s).
- * Returns how many steps; 0 (and zeros) with one rank.
+ * Fills *m, all zeros with one rank.  A collective on the ddp's
+ * communicator with host gradients: every rank calls it after the same
+ * ddp_wait.  Returns 0, or -1 with the error in err.
  */
-size_t ddp_step_medians(ddp_t *d, double *comm_s, double *moving_s);
+int ddp_step_medians(ddp_t *d, ddp_step_medians_t *m, char *err,
+                     size_t errlen);
 
 #endif
