@@ -108,7 +108,9 @@ def summarise(rows, key_rate, key_secs, key_acc):
 
 # hoop-bench -S: one rank arrives this late (us), inside the waiting
 # ranks' spin-and-yield window (HOOP_SPIN_US + HOOP_YIELD_US, 2005 us by
-# default) and past it, where they sleep and must be woken.
+# default), as most steps' last ranks do (median skew 330 us, in
+# bench/results/2026-11-23-train-comm-cold-caches.md); the arrival within
+# it made no difference there.
 STAGGER_US = 100
 
 

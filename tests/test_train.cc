@@ -671,7 +671,7 @@ TEST(Ddp, StepMediansSetTheWaitForLateRanksApart) {
       ddp_layer_done(d, 0);
       RANK_EXPECT(log, ddp_wait(d, &wait_s, err, sizeof err) == 0, "%s", err);
     }
-    ddp_step_medians_t m;
+    ddp_step_times_t m;
     RANK_EXPECT(log, ddp_step_medians(d, &m, err, sizeof err) == 0, "%s",
                 err);
     RANK_EXPECT(log, m.steps == (size_t)steps, "%zu steps recorded",

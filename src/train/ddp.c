@@ -342,9 +342,9 @@ static int min_over_ranks(hoop_comm_t comm, double *v, size_t *n) {
              : -1;
 }
 
-int ddp_step_medians(ddp_t *d, ddp_step_medians_t *m, char *err,
+int ddp_step_medians(ddp_t *d, ddp_step_times_t *m, char *err,
                      size_t errlen) {
-  *m = (ddp_step_medians_t){0};
+  *m = (ddp_step_times_t){0};
   if (!d->have_thread)
     return 0;
   pthread_mutex_lock(&d->lock);

@@ -76,14 +76,14 @@ typedef struct ddp_step_times {
    * hoop-bench times a call (host gradients only; 0 on the device).
    */
   double last_in_s;
-} ddp_step_medians_t;
+} ddp_step_times_t;
 
 /*
  * Fills *m, all zeros with one rank.  A collective on the ddp's
  * communicator with host gradients: every rank calls it after the same
  * ddp_wait.  Returns 0, or -1 with the error in err.
  */
-int ddp_step_medians(ddp_t *d, ddp_step_medians_t *m, char *err,
+int ddp_step_medians(ddp_t *d, ddp_step_times_t *m, char *err,
                      size_t errlen);
 
 #endif

@@ -543,7 +543,7 @@ static int train(const struct options *o, hoop_comm_t comm, int rank,
     ddp_counts_t after = ddp_allreduce_counts(comm, o->algo);
     /* After the counters are read: combining the ranks' step times is
      * itself an all-reduce, which the gradients' traffic leaves out. */
-    ddp_step_medians_t steps_med;
+    ddp_step_times_t steps_med;
     if (ddp_step_medians(t.ddp, &steps_med, err, sizeof err) != 0) {
       fprintf(stderr, "hoop-train: rank %d: epoch %d: %s\n", rank,
               epoch + 1, err);
