@@ -227,11 +227,11 @@ def compare_comm(a, ranks, log):
 
 def main():
     a = parse_args(sys.argv[1:])
-    log, table = [], []
+    log = []
     results = {}
     port = 29600
     for ranks in a.ranks:
-        for rep in range(a.repeats):
+        for _ in range(a.repeats):
             rows, out = run_hoop(a, ranks, ["--epochs", str(a.epochs),
                                             "--optim", "sgd", "--seed", "1"]
                                  + SAME[a.model], log)
@@ -258,7 +258,6 @@ def main():
                      if who == "torch" else "")
             lines.append(f"| {ranks} | {name} | {med[who][0]:.0f} "
                          f"({spread}) | {med[who][1]:.2f} | {accs} | {ratio} |")
-        table.append(med)
 
     # One run per trainer says little about accuracy: SGD at lr 0.1 moves
     # the final figure by a point or two from seed to seed.

@@ -336,10 +336,10 @@ static int min_over_ranks(hoop_comm_t comm, double *v, size_t *n) {
       HOOP_SUCCESS)
     return -1;
   *n = (size_t)kept;
-  return hoop_allreduce(comm, v, v, *n, HOOP_F64, HOOP_MIN, NULL) ==
-                 HOOP_SUCCESS
-             ? 0
-             : -1;
+  if (hoop_allreduce(comm, v, v, *n, HOOP_F64, HOOP_MIN, NULL) !=
+      HOOP_SUCCESS)
+    return -1;
+  return 0;
 }
 
 int ddp_step_medians(ddp_t *d, ddp_step_times_t *m, char *err,
