@@ -92,6 +92,10 @@ debootstrap --variant=minbase bookworm "$root" "$mirror" >"$root.log" 2>&1 || {
 rm -f "$root.log"
 awk '{ print "deb", $1, $2, "main" }' <<<"$entries" >"$root/etc/apt/sources.list"
 cp -L /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
+# debootstrap writes no /etc/hosts; Debian's installer writes this one, and
+# without it even "localhost" does not resolve.
+printf '127.0.0.1\tlocalhost\n127.0.1.1\t%s\n::1\tlocalhost ip6-localhost ip6-loopback\n' \
+  "$(hostname)" >"$root/etc/hosts"
 
 mkdir -p "$root/src/hoop"
 if git -C "$repo" rev-parse --git-dir >/dev/null 2>&1; then
