@@ -17,3 +17,20 @@ function(hoop_install_relpath out from to)
   endif()
   set(${out} "${rel}" PARENT_SCOPE)
 endfunction()
+
+# Installs program `target` into the bin directory.  It finds libhoop
+# relative to itself, and the libraries it was linked with from outside the
+# system's directories (CUDA's) where they were at build time, as it did
+# in the build tree.
+function(hoop_install_program target)
+  hoop_install_relpath(bin_to_lib "${CMAKE_INSTALL_BINDIR}"
+                       "${CMAKE_INSTALL_LIBDIR}")
+  if(bin_to_lib STREQUAL "")
+    set(rpath "${CMAKE_INSTALL_FULL_LIBDIR}")
+  else()
+    set(rpath "$ORIGIN/${bin_to_lib}")
+  endif()
+  set_target_properties(${target} PROPERTIES INSTALL_RPATH "${rpath}"
+                        INSTALL_RPATH_USE_LINK_PATH ON)
+  install(TARGETS ${target} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+endfunction()
