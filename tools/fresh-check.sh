@@ -112,6 +112,9 @@ cuda=
 status=0
 unshare --mount --propagation private env ROOT="$root" CUDA="$cuda" \
   CMD="$command" bash -euc '
+  # A mount point at the root, as on a real machine: `ip netns exec` marks
+  # "/" a slave mount and fails where it is a plain directory.
+  mount --bind "$ROOT" "$ROOT"
   mount -t proc proc "$ROOT/proc"
   mount --rbind /sys "$ROOT/sys"
   mount --rbind /dev "$ROOT/dev"       # with /dev/shm and /dev/pts
