@@ -1,5 +1,6 @@
-// The shipped programs end to end: hoop-bench under hoop-run and under
-// Open MPI's mpirun (unchanged), its rows parsed and checked.
+// The shipped programs end to end: hoop-bench and the README's example
+// under hoop-run, Open MPI's mpirun and PyTorch's torchrun (unchanged),
+// their output parsed and checked.
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
@@ -84,6 +85,69 @@ TEST(Programs, HoopBenchRunsUnchangedUnderMpirun) {
                    std::string(HOOP_BENCH_PATH) +
                    " -b 4K -e 64K -f 16 -n 3 -w 1 -c 1");
   expect_good_rows(out, 2);
+}
+
+// torchrun as Debian's python3-torch 1.13 ships it, run as users run it.
+// Its flags, and why each is needed:
+//   --standalone      one node: its store takes a free port, and hoop
+//                     rank 0 listens on that port + 1
+//   --no_python       exec the program itself, not `python3 -u program`
+//                     (1.13 knows only the underscore spelling)
+//   --redirects 2 --tee 2
+//                     under Python 3.11 torch 1.13's Std.from_str turns
+//                     the defaults "0" (and "3") into None, and torchrun
+//                     dies with "'NoneType' object has no attribute 'get'"
+//                     before starting a worker; 1 or 2 parse.  2 sends the
+//                     workers' stderr through a log file that torchrun
+//                     tails to its own stderr, and leaves stdout alone.
+const char kTorchrunFlags[] =
+    " --standalone --no_python --redirects 2 --tee 2 --nproc_per_node ";
+
+// Empty when torchrun can run here, else why not.
+std::string torchrun_missing() {
+  if (run_shell("/usr/bin/python3 -c 'import torch.distributed.run'")
+          .status != 0)
+    return "PyTorch is not importable by /usr/bin/python3 (apt-get install "
+           "python3-torch)";
+  return "";
+}
+
+// Bounded: a worker that never joins would leave torchrun waiting for good.
+Output run_torchrun(const std::string &launcher, int nranks,
+                    const std::string &program) {
+  return run_shell("timeout -k 5 100 " + launcher + kTorchrunFlags +
+                   std::to_string(nranks) + " " + program);
+}
+
+TEST(Programs, ReadmeExampleRunsUnderTorchrunOnTwoAndThreeRanks) {
+  if (!torchrun_missing().empty())
+    GTEST_SKIP() << torchrun_missing();
+  for (int n : {2, 3}) {
+    Output out = run_torchrun("/usr/bin/python3 -m torch.distributed.run", n,
+                              HOOP_EXAMPLE_PATH);
+    ASSERT_EQ(out.status, 0) << out.text;
+    std::string sum = std::to_string(n * (n + 1) / 2);
+    for (int r = 0; r < n; r++) {
+      std::string line = "rank " + std::to_string(r) + " of " +
+                         std::to_string(n) + ": grad[0] = " + sum +
+                         " (correct)";
+      EXPECT_NE(out.text.find(line), std::string::npos) << out.text;
+    }
+  }
+}
+
+TEST(Programs, HoopBenchRunsUnchangedUnderTheTorchrunCommand) {
+  if (!torchrun_missing().empty())
+    GTEST_SKIP() << torchrun_missing();
+  if (system("command -v torchrun >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "no torchrun command on PATH (python3-torch installs "
+                    "/usr/bin/torchrun)";
+  Output out = run_torchrun("torchrun", 3, std::string(HOOP_BENCH_PATH) +
+                                               " -b 1K -e 1M -f 32 -n 3 -w 1 "
+                                               "-c 1");
+  // Three rows, not nine: one job of three ranks, where workers that
+  // missed torchrun's variables would each have run alone.
+  expect_good_rows(out, 3);
 }
 
 TEST(Programs, HoopBenchReportsABadRendezvousAddress) {
