@@ -74,7 +74,10 @@ static void usage(FILE *to) {
     "  --device cpu|cuda   compute with OpenBLAS, or cuBLAS on rank %% (GPUs "
     "present)\n"
     "                      (default cpu)\n"
-    "  --metrics FILE      per-epoch metrics as CSV\n"
+    "  --metrics FILE      per-epoch metrics as CSV: the epoch line's and\n"
+    "                      the time computing, in all-reduce and waiting\n"
+    "                      for late ranks, median step all-reduce times,\n"
+    "                      bytes sent per step and the model's figure\n"
     "  --plot FILE.png     loss and accuracy curves (needs python3 and "
     "matplotlib)\n"
     "  --checkpoint FILE   rank 0 saves model and optimiser every epoch\n"
@@ -588,23 +591,16 @@ static int train(const struct options *o, hoop_comm_t comm, int rank,
                                             grad_bytes),
         .algo = after.calls > before.calls ? after.busiest : o->algo};
     r.compute_s = seconds - r.wait_s;
-    char model[64] = "n/a for tree";
-    if (r.model_bytes_per_step >= 0)
-      snprintf(model, sizeof model, "%.0f B", r.model_bytes_per_step);
-    /* On the GPU the steps' times are only the queueing of the calls. */
-    char median[160] = "";
-    if (nranks > 1 && !o->cuda)
-      snprintf(median, sizeof median,
-               "; median step %.0f us, %.0f us without the wait, %.0f us "
-               "from the last rank in",
-               r.step_comm_us, r.step_moving_us, r.step_last_in_us);
-    printf("epoch %d/%d loss %.4f train %.4f test %.4f | %.1f s, %.0f "
-           "samples/s | compute %.2f s, waiting %.2f s, all-reduce %.2f s "
-           "(%s; ranks late %.2f s%s) | sent/step %.0f B, model %s\n",
-           r.epoch, o->epochs, r.loss, r.train_acc, r.test_acc, r.seconds,
-           r.samples_per_s, r.compute_s, r.wait_s, r.comm_s,
-           hoop_algo_name(r.algo), r.late_s, median, r.bytes_sent_per_step,
-           model);
+    /* One line a person reads at a glance; the timings behind it, the
+     * median steps and the bytes sent go to --metrics. */
+    char waited[64] = "";
+    if (nranks > 1)
+      snprintf(waited, sizeof waited, " (%.2f s waiting on all-reduce)",
+               r.wait_s);
+    printf("epoch %d/%d: loss %.4f, accuracy train %.4f test %.4f, %.0f "
+           "samples/s, %.1f s%s\n",
+           r.epoch, o->epochs, r.loss, r.train_acc, r.test_acc,
+           r.samples_per_s, r.seconds, waited);
     fflush(stdout);
     if (metrics != NULL)
       write_metrics(metrics, &r);
