@@ -3,6 +3,9 @@
 // their output parsed and checked.
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -133,6 +136,57 @@ TEST(Programs, ReadmeExampleRunsUnderTorchrunOnTwoAndThreeRanks) {
                          " (correct)";
       EXPECT_NE(out.text.find(line), std::string::npos) << out.text;
     }
+  }
+}
+
+// A port P with P + 1 free too, for torchrun's store and hoop's rank 0;
+// 0 if none turned up.
+int free_port_pair() {
+  for (int attempt = 0; attempt < 20; attempt++) {
+    int fds[2] = {socket(AF_INET, SOCK_STREAM, 0),
+                  socket(AF_INET, SOCK_STREAM, 0)};
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    int port = 0;
+    if (bind(fds[0], (sockaddr *)&a, sizeof a) == 0 &&
+        getsockname(fds[0], (sockaddr *)&a, &len) == 0 &&
+        ntohs(a.sin_port) < 65535) {
+      a.sin_port = htons(ntohs(a.sin_port) + 1);
+      if (bind(fds[1], (sockaddr *)&a, sizeof a) == 0)
+        port = ntohs(a.sin_port) - 1;
+    }
+    close(fds[0]);
+    close(fds[1]);
+    if (port != 0)
+      return port;
+  }
+  return 0;
+}
+
+// Two nodes as users start them, one torchrun agent each (both on
+// loopback here): four ranks, numbered across the agents.
+TEST(Programs, ReadmeExampleRunsUnderTwoTorchrunAgents) {
+  if (!torchrun_missing().empty())
+    GTEST_SKIP() << torchrun_missing();
+  int port = free_port_pair();
+  ASSERT_NE(port, 0) << "no two free ports in a row on loopback";
+  auto node = [&](int rank) {
+    return "timeout -k 5 100 /usr/bin/python3 -m torch.distributed.run "
+           "--nnodes 2 --node_rank " + std::to_string(rank) +
+           " --master_addr 127.0.0.1 --master_port " + std::to_string(port) +
+           " --no_python --redirects 2 --tee 2 --nproc_per_node 2 " +
+           HOOP_EXAMPLE_PATH;
+  };
+  Output out = run_shell("(" + node(0) + " & first=$!; " + node(1) +
+                         "; second=$?; wait $first; first=$?; "
+                         "exit $((first | second)))");
+  ASSERT_EQ(out.status, 0) << out.text;
+  for (int r = 0; r < 4; r++) {
+    std::string line = "rank " + std::to_string(r) +
+                       " of 4: grad[0] = 10 (correct)";
+    EXPECT_NE(out.text.find(line), std::string::npos) << out.text;
   }
 }
 
