@@ -1,11 +1,13 @@
 // Tests for hoop-run, the local launcher.  They run the real binary with
-// small sh programs as ranks and check what the ranks see, what comes out,
+// small sh programs as ranks and check what the ranks see, what comes out
+// (to pipes, and to a pseudo-terminal where progress bars redraw in place),
 // and how the job ends: exit codes, stopping the other ranks, timeouts and
 // signals, with no process left behind.
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <pty.h>
 #include <signal.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -307,6 +309,167 @@ TEST(Launcher, LabelledLinesStayWholeAndInOrder) {
   std::sort(errs.begin(), errs.end());
   EXPECT_EQ(errs, (std::vector<std::string>{"[0] oops 0", "[1] oops 1",
                                             "[2] oops 2", "[3] oops 3"}));
+}
+
+// Bars redraw with a carriage return; a file gets only the update that a
+// newline ends, not thousands of them, and a line or a blank update
+// replaces the one before.
+TEST(Launcher, AFileGetsOnlyUpdatesThatANewlineEnds) {
+  const char script[] =
+      "echo \"tty=$HOOP_STDERR_TTY\"; "
+      "i=0; while [ $i -lt 1000 ]; do printf \"bar $HOOP_RANK $i\\r\"; "
+      "i=$((i+1)); done; echo; "
+      "printf \"gone $HOOP_RANK\\r\"; echo \"line $HOOP_RANK\"; "
+      "printf \"blank\\r     \\r\"; printf \"crlf $HOOP_RANK\\r\\n\"; "
+      "printf \"bar $HOOP_RANK\\r\" >&2; "
+      "printf \"last $HOOP_RANK\\r\"";
+  Launch job(ShArgs(script, 2), {{"HOOP_STDERR_TTY", "1"}});
+  ASSERT_EQ(job.Wait(), 0) << job.err;
+  for (int rank = 0; rank < 2; rank++) {
+    std::string label = "[" + std::to_string(rank) + "] ";
+    std::vector<std::string> mine;
+    for (const std::string& line : SplitLines(job.out))
+      if (line.compare(0, label.size(), label) == 0) mine.push_back(line);
+    std::string r = std::to_string(rank);
+    EXPECT_EQ(mine, (std::vector<std::string>{
+                        label + "tty=", label + "bar " + r + " 999",
+                        label + "line " + r, label + "crlf " + r,
+                        label + "last " + r}))
+        << job.out;
+  }
+  std::vector<std::string> errs = SplitLines(job.err);
+  std::sort(errs.begin(), errs.end());
+  EXPECT_EQ(errs, (std::vector<std::string>{"[0] bar 0", "[1] bar 1"}));
+  EXPECT_EQ(job.out.find('\r'), std::string::npos) << job.out;
+}
+
+TEST(Launcher, WithoutLabelsTheTerminalHintIsLeftAlone) {
+  Launch job(ShArgs("echo \"tty=$HOOP_STDERR_TTY\"", 2, {"--no-prefix"}),
+             {{"HOOP_STDERR_TTY", "inherited"}});
+  ASSERT_EQ(job.Wait(), 0) << job.err;
+  EXPECT_EQ(job.out, "tty=inherited\ntty=inherited\n");
+}
+
+// hoop-run on a pseudo-terminal `columns` wide, as a user at a terminal
+// runs it: the bytes it wrote there, and its exit code (1000 + signal if
+// one ended it, -1 if it ran past timeout_s and was killed).
+std::pair<std::string, int> RunOnTerminal(
+    const std::vector<std::string>& args, unsigned short columns,
+    double timeout_s = 20) {
+  std::vector<char*> argv;
+  argv.push_back(const_cast<char*>(HOOP_RUN_PATH));
+  for (const std::string& arg : args)
+    argv.push_back(const_cast<char*>(arg.c_str()));
+  argv.push_back(nullptr);
+  winsize size = {};
+  size.ws_row = 24;
+  size.ws_col = columns;
+  int master = -1;
+  pid_t pid = forkpty(&master, nullptr, nullptr, &size);
+  if (pid == 0) {
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGCHLD})
+      signal(sig, SIG_DFL);
+    unsetenv("HOOP_ROOT_ADDR");
+    execv(argv[0], argv.data());
+    _exit(126);
+  }
+  if (pid < 0) {
+    ADD_FAILURE() << "forkpty: " << strerror(errno);
+    return {"", -1};
+  }
+  std::string bytes;
+  auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
+  bool late = false;
+  // Linux answers EIO once every holder of the terminal's other end is
+  // gone: hoop-run and the ranks, which have it as stdin.
+  for (;;) {
+    if (Clock::now() >= deadline) {
+      late = true;
+      kill(pid, SIGKILL);
+      break;
+    }
+    pollfd p = {master, POLLIN, 0};
+    if (poll(&p, 1, 50) <= 0) continue;
+    char buf[4096];
+    ssize_t got = read(master, buf, sizeof buf);
+    if (got > 0)
+      bytes.append(buf, static_cast<size_t>(got));
+    else if (got == 0 || errno != EINTR)
+      break;
+  }
+  close(master);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (late) {
+    ADD_FAILURE() << "hoop-run on a terminal ran past " << timeout_s << " s";
+    return {bytes, -1};
+  }
+  return {bytes, WIFEXITED(status) ? WEXITSTATUS(status)
+                                   : 1000 + WTERMSIG(status)};
+}
+
+// The lines a terminal shows after `bytes`, as far as hoop-run drives it:
+// printable text, carriage return, newline and ESC [ K (clear to the
+// line's end).  No wrapping: a line longer than the screen stays whole.
+std::vector<std::string> Screen(const std::string& bytes) {
+  static const std::string kClear = "\033[K";
+  std::vector<std::string> lines(1);
+  size_t row = 0, col = 0;
+  for (size_t i = 0; i < bytes.size(); i++) {
+    char c = bytes[i];
+    if (c == '\r') {
+      col = 0;
+    } else if (c == '\n') {
+      if (++row == lines.size()) lines.emplace_back();
+    } else if (bytes.compare(i, kClear.size(), kClear) == 0) {
+      lines[row].resize(std::min(lines[row].size(), col));
+      i += kClear.size() - 1;
+    } else {
+      if (lines[row].size() <= col) lines[row].resize(col + 1, ' ');
+      lines[row][col++] = c;
+    }
+  }
+  while (!lines.empty() && lines.back().empty()) lines.pop_back();
+  return lines;
+}
+
+// Rank 0 draws a bar; rank 1's line, which comes meanwhile, goes above
+// it, and the bar comes back beneath.  Once blanked, the bar leaves
+// nothing behind.
+TEST(Launcher, OnATerminalTheLatestUpdateStaysOnTheLastLine) {
+  const char script[] =
+      "if [ $HOOP_RANK = 0 ]; then "
+      "  printf 'working 1\\r' >&2; sleep 0.6; "
+      "  printf 'working 2\\r' >&2; sleep 0.6; "
+      "  printf '         \\r' >&2; echo \"rank 0 done $HOOP_STDERR_TTY\"; "
+      "else sleep 0.3; echo 'rank 1 line'; fi";
+  auto [bytes, status] = RunOnTerminal(ShArgs(script, 2), 80);
+  ASSERT_EQ(status, 0) << bytes;
+  EXPECT_NE(bytes.find("\r[0] working 1\033[K"), std::string::npos) << bytes;
+  EXPECT_NE(bytes.find("\r[0] working 2\033[K"), std::string::npos) << bytes;
+  static const std::regex redrawn(
+      "\\[1\\] rank 1 line\r\n\r\\[0\\] working [12]\033\\[K");
+  EXPECT_TRUE(std::regex_search(bytes, redrawn)) << bytes;
+  EXPECT_EQ(Screen(bytes), (std::vector<std::string>{"[1] rank 1 line",
+                                                     "[0] rank 0 done 1"}))
+      << bytes;
+}
+
+// A wrapped line could not be redrawn in place: the bar is cut to the
+// terminal's width (not inside a UTF-8 character), and a newline keeps
+// it whole.
+TEST(Launcher, UpdatesAreCutToTheTerminalsWidth) {
+  const std::string xs(34, 'x');
+  const std::string script = "if [ $HOOP_RANK = 0 ]; then printf '" + xs +
+                             "\xc3\xa9yyyy\\r'; sleep 0.3; echo; fi";
+  auto [bytes, status] = RunOnTerminal(ShArgs(script, 2), 40);
+  ASSERT_EQ(status, 0) << bytes;
+  // 40 columns less the label "[0] " and the last column: 35 bytes, of
+  // which the 35th would be the first half of the e acute.
+  EXPECT_NE(bytes.find("\r[0] " + xs + "\033[K"), std::string::npos) << bytes;
+  EXPECT_EQ(Screen(bytes),
+            (std::vector<std::string>{"[0] " + xs + "\xc3\xa9yyyy"}))
+      << bytes;
 }
 
 TEST(Launcher, NoPrefixPassesOutputThrough) {

@@ -15,7 +15,9 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <random>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -920,18 +922,50 @@ std::string slurp(const std::string &path) {
   return std::string((std::istreambuf_iterator<char>(in)), {});
 }
 
-// The test accuracy in the last row of a --metrics CSV (its fourth
-// field), or -1 when there is no such row.
-double last_test_accuracy(const std::string &csv) {
+// The last row of a --metrics CSV by column name; empty when the file has
+// no row under its header.
+std::map<std::string, std::string> last_metrics(const std::string &csv) {
   std::istringstream in(slurp(csv));
-  std::string line, last;
+  std::string header, line, last;
+  std::getline(in, header);
   while (std::getline(in, line))
     last = line;
-  double fields[4];
-  if (sscanf(last.c_str(), "%lf,%lf,%lf,%lf", &fields[0], &fields[1],
-             &fields[2], &fields[3]) != 4)
-    return -1;
-  return fields[3];
+  std::map<std::string, std::string> row;
+  std::istringstream names(header), values(last);
+  for (std::string name, value;
+       !last.empty() && std::getline(names, name, ',') &&
+       std::getline(values, value, ',');)
+    row[name] = value;
+  return row;
+}
+
+// The test accuracy in the last row of a --metrics CSV, or -1 when there
+// is no such row.
+double last_test_accuracy(const std::string &csv) {
+  std::map<std::string, std::string> row = last_metrics(csv);
+  return row.count("test_acc") ? std::stod(row["test_acc"]) : -1;
+}
+
+// The lines of text that report an epoch, each checked for the fields a
+// reader looks for and for fitting a terminal.
+std::vector<std::string> epoch_lines(const std::string &text, int nranks) {
+  static const std::regex line(
+      R"((\[0\] )?epoch \d+/\d+: loss \d+\.\d{4}, accuracy train )"
+      R"([01]\.\d{4} test [01]\.\d{4}, \d+ samples/s, \d+\.\d s)"
+      R"(( \(\d+\.\d\d s waiting on all-reduce\))?)");
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);) {
+    if (l.find("epoch ") == std::string::npos || l.find(": loss ") ==
+                                                     std::string::npos)
+      continue;
+    std::smatch m;
+    EXPECT_TRUE(std::regex_match(l, m, line)) << l;
+    EXPECT_EQ(m[2].matched, nranks > 1) << l;
+    EXPECT_LT(l.size(), 120u) << l;
+    lines.push_back(l);
+  }
+  return lines;
 }
 
 TEST(HoopTrain, BadInputGivesAClearError) {
@@ -1027,8 +1061,14 @@ TEST(HoopTrain, LearnsFashionMnistOnTwoRanks) {
   ASSERT_EQ(r.status, 0) << r.text;
   EXPECT_GT(last_test_accuracy(dir + "/m.csv"), 0.7)
       << "test accuracy after 2 epochs on 6000 samples; chance is 0.1";
-  EXPECT_NE(r.text.find("sent/step 796840 B, model 796840 B"),
-            std::string::npos) << r.text;
+  EXPECT_EQ(epoch_lines(r.text, 2).size(), 2u) << r.text;
+  // The details stay in the CSV: the ring's 2(N-1)K/N of the MLP's
+  // 796840 gradient bytes, counted and modelled.
+  std::map<std::string, std::string> row = last_metrics(dir + "/m.csv");
+  EXPECT_EQ(row["bytes_sent_per_step"], "796840") << slurp(dir + "/m.csv");
+  EXPECT_EQ(row["model_bytes_per_step"], "796840") << slurp(dir + "/m.csv");
+  EXPECT_EQ(row["algo"], "ring");
+  EXPECT_EQ(row.size(), 16u) << slurp(dir + "/m.csv");
 }
 
 TEST(HoopTrain, CnnLearnsFashionMnistOnTwoRanks) {
@@ -1074,6 +1114,123 @@ TEST(HoopTrain, DeviceCudaLearnsOrIsRefusedWithTheReason) {
       << "test accuracy after 3 epochs; chance is 0.1";
 }
 
+// In a log (here through hoop-run to a pipe) rank 0's progress has no
+// carriage returns, and a line only every --progress-every seconds.
+TEST(HoopTrain, ProgressInALogIsAFewWholeLines) {
+  std::string dir = temp_dir();
+  write_set(dir, "train", 300, 6, 6, true, 3);
+  write_set(dir, "t10k", 50, 6, 6, true, 4);
+  // 150 samples per rank in batches of 8: 19 steps an epoch.
+  std::string train = kRun + " -n 2 " + kTrain +
+                      " --epochs 2 --hidden 16 --batch 8 --data " + dir;
+  ShellOutput log = run_shell(train);
+  ASSERT_EQ(log.status, 0) << log.text;
+  EXPECT_EQ(log.text.find('\r'), std::string::npos) << log.text;
+  EXPECT_EQ(log.text.find(": step "), std::string::npos)
+      << "a progress line in a run far shorter than 10 s\n" << log.text;
+  EXPECT_EQ(epoch_lines(log.text, 2).size(), 2u) << log.text;
+
+  // A step takes more than a microsecond: every one reports, on rank 0.
+  log = run_shell(train + " --progress-every 0.000001");
+  ASSERT_EQ(log.status, 0) << log.text;
+  std::string want;
+  for (int epoch = 1; epoch <= 2; epoch++)
+    for (int step = 1; step <= 19; step++)
+      want += "[0] epoch " + std::to_string(epoch) + "/2: step " +
+              std::to_string(step) + "/19 (" + std::to_string(100 * step / 19) +
+              "%)\n";
+  std::string got;
+  static const std::regex progress(R"((.*\)), loss \d+\.\d{4})");
+  std::istringstream lines(log.text);
+  for (std::string line; std::getline(lines, line);) {
+    std::smatch m;
+    if (line.find(": step ") == std::string::npos)
+      continue;
+    EXPECT_TRUE(std::regex_match(line, m, progress)) << line;
+    got += m[1].str() + "\n";
+  }
+  EXPECT_EQ(got, want) << log.text;
+  log = run_shell(train + " --progress-every 0");
+  EXPECT_EQ(log.status, 2) << log.text;
+  EXPECT_NE(log.text.find("--progress-every wants a positive number"),
+            std::string::npos) << log.text;
+}
+
+// Told that its stderr pipe ends on a terminal (hoop-run's
+// HOOP_STDERR_TTY=1), rank 0 draws a bar: each update ended by a carriage
+// return, so that hoop-run shows it once complete, and blanked before the
+// epoch's line.
+TEST(HoopTrain, ProgressBarRedrawsInPlaceAndBlanksItself) {
+  std::string dir = temp_dir();
+  write_set(dir, "train", 300, 6, 6, true, 3);
+  write_set(dir, "t10k", 50, 6, 6, true, 4);
+  std::string train = kTrain + " --epochs 2 --hidden 16 --batch 8 --data " +
+                      dir;
+  // stderr alone: the bar is all that goes there.
+  ShellOutput r =
+      run_shell("(HOOP_STDERR_TTY=1 " + train + " 2>&1 >/dev/null)");
+  ASSERT_EQ(r.status, 0) << r.text;
+  static const std::regex bar(R"(epoch (\d)/2 \[[=> ]{30}\] +\d+% )"
+                              R"(loss \d+\.\d{4}\r( +)\r)");
+  std::set<std::string> epochs;
+  for (auto it = std::sregex_iterator(r.text.begin(), r.text.end(), bar);
+       it != std::sregex_iterator(); ++it) {
+    epochs.insert((*it)[1]);
+    EXPECT_EQ((*it)[2].length(), (*it)[0].length() - (*it)[2].length() - 2)
+        << "the blanking covers the bar exactly: " << (*it)[0];
+  }
+  EXPECT_EQ(epochs, (std::set<std::string>{"1", "2"})) << r.text;
+  EXPECT_EQ(r.text.find('\n'), std::string::npos) << r.text;
+  r = run_shell("HOOP_STDERR_TTY=1 " + train + " --quiet");
+  ASSERT_EQ(r.status, 0) << r.text;
+  EXPECT_EQ(r.text.find('\r'), std::string::npos) << r.text;
+}
+
+// The README's `hoop-run -n 2 hoop-train` at a terminal (script(1) gives
+// it one): the bar shows, rank 0's only, and none is left on the screen:
+// an erasing of the line follows its last drawing.  An epoch of 500 steps
+// outlasts the first drawing by far, so hoop-run sees the bar alone.
+TEST(HoopTrain, ProgressBarShowsUnderHoopRunOnATerminal) {
+  if (run_shell("command -v script").status != 0)
+    GTEST_SKIP() << "no script(1) (bsdutils) to give hoop-run a terminal";
+  std::string dir = temp_dir();
+  write_set(dir, "train", 8000, 28, 28, false, 3);
+  write_set(dir, "t10k", 50, 28, 28, false, 4);
+  ShellOutput r = run_shell("timeout -k 5 100 script -qec '" + kRun +
+                            " -n 2 " + kTrain + " --epochs 1 --batch 8 "
+                            "--data " + dir + "' /dev/null");
+  ASSERT_EQ(r.status, 0) << r.text;
+  size_t last_bar = r.text.rfind("\r[0] epoch 1/1 [");
+  ASSERT_NE(last_bar, std::string::npos) << r.text;
+  EXPECT_NE(r.text.find("\r\033[K", last_bar + 1), std::string::npos) << r.text;
+  EXPECT_EQ(r.text.find("[1] epoch"), std::string::npos) << r.text;
+  EXPECT_NE(r.text.find("[0] epoch 1/1: loss "), std::string::npos) << r.text;
+  run_shell("rm -rf " + dir);  // 6 MB of images
+}
+
+// torchrun as Debian's python3-torch 1.13 runs a native program; see
+// tests/test_programs.cc for why each flag.
+TEST(HoopTrain, TrainsUnderTorchrun) {
+  if (run_shell("/usr/bin/python3 -c 'import torch.distributed.run'")
+          .status != 0)
+    GTEST_SKIP() << "PyTorch is not importable by /usr/bin/python3 "
+                    "(apt-get install python3-torch)";
+  std::string dir = temp_dir();
+  write_set(dir, "train", 300, 6, 6, true, 3);
+  write_set(dir, "t10k", 50, 6, 6, true, 4);
+  ShellOutput r = run_shell(
+      "timeout -k 5 100 /usr/bin/python3 -m torch.distributed.run "
+      "--standalone --no_python --redirects 2 --tee 2 --nproc_per_node 2 " +
+      kTrain + " --epochs 1 --hidden 16 --batch 8 --data " + dir +
+      " --metrics " + dir + "/m.csv");
+  ASSERT_EQ(r.status, 0) << r.text;
+  EXPECT_NE(r.text.find("hoop-train: 2 ranks, mlp 36-16-10"),
+            std::string::npos) << r.text;
+  EXPECT_EQ(epoch_lines(r.text, 2).size(), 1u) << r.text;
+  EXPECT_EQ(last_metrics(dir + "/m.csv")["epoch"], "1")
+      << slurp(dir + "/m.csv");
+}
+
 TEST(HoopTrain, PlotsTheMetrics) {
   if (run_shell("/usr/bin/python3 -c 'import matplotlib'").status != 0)
     GTEST_SKIP() << "Debian's python3-matplotlib is not installed";
@@ -1083,6 +1240,7 @@ TEST(HoopTrain, PlotsTheMetrics) {
   ShellOutput r = run_shell(kTrain + " --quiet --epochs 2 --hidden 8 --data " + dir +
                " --plot " + dir + "/curves.png");
   ASSERT_EQ(r.status, 0) << r.text;
+  EXPECT_EQ(epoch_lines(r.text, 1).size(), 2u) << r.text;
   EXPECT_EQ(slurp(dir + "/curves.png").substr(0, 8), "\x89PNG\r\n\x1a\n");
   EXPECT_NE(slurp(dir + "/curves.png.csv").find("\n2,"), std::string::npos);
 }

@@ -10,6 +10,13 @@
  * signals that end a job, and makes sure that once a rank fails, the job
  * times out or the user interrupts it, no rank is left running.
  *
+ * A rank's progress bar, text ended by a carriage return alone and redrawn
+ * in place, stays one line: on a terminal hoop-run shows the latest such
+ * update, labelled, on the last line and keeps the ranks' other lines
+ * above it; to a file or pipe it writes only the update a newline ends.
+ * HOOP_STDERR_TTY=1 tells the ranks that their stderr, a pipe, ends up on
+ * a terminal that shows such updates.
+ *
  * Each rank gets a process group of its own, so that stopping a rank also
  * stops whatever it started, and the kernel kills it should hoop-run die
  * without cleaning up.  Linux only: pipe2, prctl, F_GETPIPE_SZ and setns.
@@ -35,6 +42,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -93,7 +101,11 @@ static const char USAGE[] =
     "  -h, --help             show this help\n"
     "\n"
     "Each rank gets HOOP_RANK, HOOP_WORLD_SIZE, HOOP_LOCAL_RANK,\n"
-    "HOOP_LOCAL_WORLD_SIZE and HOOP_ROOT_ADDR in its environment.\n"
+    "HOOP_LOCAL_WORLD_SIZE and HOOP_ROOT_ADDR in its environment, and with\n"
+    "labels HOOP_STDERR_TTY=1 if hoop-run's stderr is a terminal.  Text a\n"
+    "rank ends with a carriage return alone (a progress bar) is shown in\n"
+    "place on a terminal's last line, under the other lines; a file gets\n"
+    "only such text that a newline ends.\n"
     "SIGINT, SIGTERM and SIGHUP are passed on to the ranks.\n"
     "\n"
     "Exit status: 0 if every rank succeeds, else that of the first rank to\n"
@@ -127,6 +139,12 @@ struct stream {
   char label[sizeof "[1023] "]; /* enough for MAX_RANKS */
   size_t label_len;
   struct buf partial; /* the current line, read but not yet written */
+  /*
+   * The last update the rank ended with a carriage return alone, until a
+   * line replaces it or a newline ends it.  Never empty when the terminal
+   * shows it.
+   */
+  struct buf status;
 };
 
 struct rank {
@@ -159,6 +177,7 @@ struct job {
   struct pollfd *pollfds;
   struct stream **polled; /* the stream behind each pollfd but the first */
   struct buf out;         /* labelled lines on their way out */
+  bool tty[3]; /* by descriptor: whether stdout, stderr are terminals */
   char chunk[READ_CHUNK];
 };
 
@@ -167,6 +186,17 @@ struct job {
  * reads it, so that signals arrive as ordinary events in one place.
  */
 static int signal_pipe[2] = {-1, -1};
+
+/*
+ * The stream whose status the terminal's last line shows, or NULL.  File
+ * scope, because notices clear it before they print.
+ */
+static struct stream *shown;
+
+/* Clears from the cursor to the line's end; after a carriage return, the
+   whole line. */
+static const char CLEAR_TO_END[] = "\033[K";
+static const char ERASE_LINE[] = "\r\033[K";
 
 static const int HANDLED_SIGNALS[] = {SIGINT, SIGTERM, SIGHUP, SIGCHLD,
                                       SIGPIPE};
@@ -305,6 +335,17 @@ static int write_all(int fd, const char *data, size_t len)
   return 0;
 }
 
+/* Clears the terminal's last line of the status shown there, so that what
+   comes next starts on an empty line.  Should the terminal have gone, the
+   writes of lines will say so. */
+static void hide_status(void)
+{
+  if (shown == NULL)
+    return;
+  (void)write_all(shown->dest, ERASE_LINE, strlen(ERASE_LINE));
+  shown = NULL;
+}
+
 /* One whole line to stderr in a single write, so that it cannot be split
    by ranks writing to the same stderr under --no-prefix. */
 static void vnotice(const char *fmt, va_list ap)
@@ -314,6 +355,7 @@ static void vnotice(const char *fmt, va_list ap)
   bool ok = buf_append(&line, "hoop-run: ", strlen("hoop-run: ")) &&
             buf_vappendf(&line, fmt, ap) && buf_append(&line, "\n", 1);
 
+  hide_status();
   /* If stderr itself fails there is nowhere left to say so. */
   if (ok)
     (void)write_all(STDERR_FILENO, line.data, line.len);
@@ -536,6 +578,9 @@ static void close_streams_to(struct job *job, int dest)
         close_fd(s->fd);
         s->fd = -1;
         buf_free(&s->partial);
+        buf_free(&s->status);
+        if (shown == s)
+          shown = NULL;
       }
     }
   }
@@ -559,7 +604,8 @@ static void send_output(struct job *job, int dest)
 }
 
 /* Moves the stream's unfinished line, then tail, to the output buffer
-   behind the rank's label. */
+   behind the rank's label.  The line replaces the rank's status, as it
+   would overwrite it on a terminal. */
 static void take_line(struct job *job, struct stream *s, const char *tail,
                       size_t tail_len)
 {
@@ -570,6 +616,109 @@ static void take_line(struct job *job, struct stream *s, const char *tail,
       !buf_append(out, tail, tail_len))
     die(job, "out of memory");
   s->partial.len = 0;
+  s->status.len = 0;
+}
+
+/* A newline after a status keeps it, as a line, where it stood. */
+static void commit_status(struct job *job, struct stream *s)
+{
+  struct buf *out = &job->out;
+
+  if (!buf_append(out, s->label, s->label_len) ||
+      !buf_append(out, s->status.data, s->status.len) ||
+      !buf_append(out, "\n", 1))
+    die(job, "out of memory");
+  s->status.len = 0;
+}
+
+/*
+ * The unfinished line, then text, ended by a carriage return alone: the
+ * rank's new status.  An empty one is a bar's return to the line's start
+ * before it draws; one of spaces only is a bar blanking itself.
+ */
+static void set_status(struct job *job, struct stream *s, const char *text,
+                       size_t len)
+{
+  if (!buf_append(&s->partial, text, len))
+    die(job, "out of memory");
+  if (s->partial.len == 0)
+    return;
+  bool blank = true;
+  for (size_t i = 0; i < s->partial.len && blank; i++)
+    blank = s->partial.data[i] == ' ';
+  s->status.len = 0;
+  if (!blank && !buf_append(&s->status, s->partial.data, s->partial.len))
+    die(job, "out of memory");
+  s->partial.len = 0;
+}
+
+static size_t terminal_columns(int fd)
+{
+  struct winsize ws;
+
+  if (ioctl(fd, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
+    return ws.ws_col;
+  return 80;
+}
+
+/* Draws the stream's status, labelled, over the terminal's last line; cut
+   to the terminal's width, since a wrapped line cannot be redrawn. */
+static void show_status(struct job *job, struct stream *s)
+{
+  struct buf line = {NULL, 0, 0};
+  size_t columns = terminal_columns(s->dest);
+  size_t room = columns > s->label_len + 1 ? columns - s->label_len - 1 : 0;
+  size_t len = s->status.len < room ? s->status.len : room;
+
+  /* Not inside a UTF-8 character. */
+  while (len > 0 && len < s->status.len &&
+         ((unsigned char)s->status.data[len] & 0xC0) == 0x80)
+    len--;
+  if (!buf_append(&line, "\r", 1) ||
+      !buf_append(&line, s->label, s->label_len) ||
+      !buf_append(&line, s->status.data, len) ||
+      !buf_append(&line, CLEAR_TO_END, strlen(CLEAR_TO_END)))
+    die(job, "out of memory");
+  (void)write_all(s->dest, line.data, line.len);
+  buf_free(&line);
+  shown = s;
+}
+
+/*
+ * Writes the lines taken from the stream.  On a terminal they go above the
+ * status line, which then shows the latest status: this stream's if it
+ * just changed, else what it showed before, unless that status is gone.
+ */
+static void emit(struct job *job, struct stream *s, bool status_changed)
+{
+  struct stream *was = shown;
+  struct stream *show = was;
+
+  if (!job->tty[s->dest]) {
+    send_output(job, s->dest);
+    return;
+  }
+  if (status_changed && s->status.len > 0)
+    show = s;
+  else if (was == s && s->status.len == 0)
+    show = NULL;
+  if (job->out.len == 0 && show == was && !status_changed)
+    return;
+  if (job->out.len > 0 || show == NULL)
+    hide_status();
+  send_output(job, s->dest);
+  if (show != NULL && show->status.len > 0)
+    show_status(job, show);
+}
+
+/* The first carriage return or newline in data, or NULL. */
+static const char *find_line_end(const char *data, size_t len)
+{
+  for (size_t i = 0; i < len; i++) {
+    if (data[i] == '\n' || data[i] == '\r')
+      return data + i;
+  }
+  return NULL;
 }
 
 /* Passes on every complete line in data and keeps the unfinished rest, so
@@ -577,33 +726,47 @@ static void take_line(struct job *job, struct stream *s, const char *tail,
 static void feed_stream(struct job *job, struct stream *s, const char *data,
                         size_t len)
 {
-  const char *newline;
+  const char *end;
+  bool status_changed = false;
 
   job->out.len = 0;
-  while ((newline = memchr(data, '\n', len)) != NULL) {
-    size_t line_len = (size_t)(newline - data) + 1;
-    take_line(job, s, data, line_len);
-    data += line_len;
-    len -= line_len;
+  while ((end = find_line_end(data, len)) != NULL) {
+    size_t text_len = (size_t)(end - data);
+    size_t used = text_len + 1;
+    if (*end == '\r') {
+      /* Also a CRLF line's text, which its newline then ends. */
+      set_status(job, s, data, text_len);
+      status_changed = true;
+    } else if (text_len == 0 && s->partial.len == 0 && s->status.len > 0) {
+      commit_status(job, s);
+    } else {
+      take_line(job, s, data, used);
+    }
+    data += used;
+    len -= used;
   }
   if (!buf_append(&s->partial, data, len))
     die(job, "out of memory");
   if (s->partial.len >= LONG_LINE)
     take_line(job, s, "\n", 1);
-  send_output(job, s->dest);
+  emit(job, s, status_changed);
 }
 
-/* Ends the stream, finishing a last line that lacks its newline. */
+/* Ends the stream, finishing a last line that lacks its newline, or else
+   keeping its last status. */
 static void finish_stream(struct job *job, struct stream *s)
 {
   job->out.len = 0;
   if (s->partial.len > 0)
     take_line(job, s, "\n", 1);
-  send_output(job, s->dest);
+  else if (s->status.len > 0)
+    commit_status(job, s);
+  emit(job, s, false);
   if (s->fd >= 0)
     close_fd(s->fd);
   s->fd = -1;
   buf_free(&s->partial);
+  buf_free(&s->status);
 }
 
 /* Reads what a stream has ready and passes it on.  Returns the number of
@@ -773,6 +936,11 @@ static void export_job_env(const struct job *job)
       /* The data listeners must use the emulated link, not loopback. */
       (job->opt->netns != NULL &&
        setenv("HOOP_SOCKET_IFNAME", NETSIM_IFNAME, 0) != 0))
+    die(job, "cannot set the environment: %s", strerror(errno));
+  /* Without labels the ranks write to our stderr itself, and can ask it. */
+  if (job->opt->prefix &&
+      (job->tty[STDERR_FILENO] ? setenv("HOOP_STDERR_TTY", "1", 1)
+                               : unsetenv("HOOP_STDERR_TTY")) != 0)
     die(job, "cannot set the environment: %s", strerror(errno));
 }
 
@@ -1110,6 +1278,8 @@ static void init_job(struct job *job, const struct options *opt)
   job->exit_code = -1;
   job->phase = JOB_RUNNING;
   job->deadline_ms = opt->timeout_ms > 0 ? now_ms() + opt->timeout_ms : -1;
+  job->tty[STDOUT_FILENO] = isatty(STDOUT_FILENO);
+  job->tty[STDERR_FILENO] = isatty(STDERR_FILENO);
   job->ranks = calloc((size_t)opt->nranks, sizeof *job->ranks);
   job->pollfds = calloc((size_t)nfds, sizeof *job->pollfds);
   job->polled = calloc((size_t)nfds, sizeof *job->polled);

@@ -43,6 +43,7 @@ struct options {
   const char *metrics, *plot, *checkpoint;
   char plot_metrics[4096]; /* --plot without --metrics: FILE.png.csv */
   int resume, quiet;
+  float progress_every; /* seconds between progress lines in a log */
   int cuda; /* --device cuda */
 };
 
@@ -74,12 +75,18 @@ static void usage(FILE *to) {
     "  --device cpu|cuda   compute with OpenBLAS, or cuBLAS on rank %% (GPUs "
     "present)\n"
     "                      (default cpu)\n"
-    "  --metrics FILE      per-epoch metrics as CSV\n"
+    "  --metrics FILE      per-epoch CSV: the epoch line's figures, time\n"
+    "                      computing, in all-reduce and waiting for late\n"
+    "                      ranks, median step all-reduce times, and bytes\n"
+    "                      sent per step beside the model's figure\n"
     "  --plot FILE.png     loss and accuracy curves (needs python3 and "
     "matplotlib)\n"
     "  --checkpoint FILE   rank 0 saves model and optimiser every epoch\n"
     "  --resume            continue from --checkpoint\n"
-    "  --quiet             no progress bar\n");
+    "  --progress-every S  rank 0's progress: a bar on a terminal (also\n"
+    "                      through hoop-run), else a line at most every S\n"
+    "                      seconds (default 10)\n"
+    "  --quiet             no progress bar or lines\n");
 }
 
 static int die_usage(const char *fmt, ...) {
@@ -132,7 +139,7 @@ static int parse_args(int argc, char **argv, struct options *o) {
   enum { O_DATA = 256, O_HIDDEN, O_EPOCHS, O_BATCH, O_ACCUM, O_OPTIM, O_LR,
          O_MOMENTUM, O_WD, O_BUCKET, O_ALGO, O_SEED, O_TRAIN_LIMIT,
          O_TEST_LIMIT, O_THREADS, O_METRICS, O_PLOT, O_CHECKPOINT, O_RESUME,
-         O_QUIET, O_HELP, O_DEVICE, O_MODEL };
+         O_QUIET, O_HELP, O_DEVICE, O_MODEL, O_PROGRESS_EVERY };
   static const struct option longopts[] = {
       {"data", 1, 0, O_DATA},         {"hidden", 1, 0, O_HIDDEN},
       {"epochs", 1, 0, O_EPOCHS},     {"batch", 1, 0, O_BATCH},
@@ -146,12 +153,13 @@ static int parse_args(int argc, char **argv, struct options *o) {
       {"plot", 1, 0, O_PLOT},         {"checkpoint", 1, 0, O_CHECKPOINT},
       {"resume", 0, 0, O_RESUME},     {"quiet", 0, 0, O_QUIET},
       {"device", 1, 0, O_DEVICE},     {"model", 1, 0, O_MODEL},
+      {"progress-every", 1, 0, O_PROGRESS_EVERY},
       {"help", 0, 0, O_HELP},         {0, 0, 0, 0}};
   *o = (struct options){.data = DEFAULT_DATA, .model = MODEL_MLP,
                         .epochs = 10, .batch = 64, .accum_steps = 1,
                         .threads = 1, .optim = OPTIM_ADAM, .momentum = 0.9f,
                         .bucket_bytes = 128 << 10, .algo = HOOP_ALGO_AUTO,
-                        .seed = 1};
+                        .seed = 1, .progress_every = 10.0f};
   int c;
   long v;
   while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -232,6 +240,11 @@ static int parse_args(int argc, char **argv, struct options *o) {
     case O_CHECKPOINT: o->checkpoint = optarg; break;
     case O_RESUME: o->resume = 1; break;
     case O_QUIET: o->quiet = 1; break;
+    case O_PROGRESS_EVERY:
+      if (parse_float(optarg, &o->progress_every) || o->progress_every == 0)
+        return die_usage("--progress-every wants a positive number of "
+                         "seconds, not \"%s\"", optarg);
+      break;
     case O_DEVICE:
       if (strcmp(optarg, "cpu") != 0 && strcmp(optarg, "cuda") != 0)
         return die_usage("--device is cpu or cuda, not \"%s\"", optarg);
@@ -322,16 +335,70 @@ static double model_bytes(hoop_algo_t algo, int nranks, double k) {
   return -1.0;
 }
 
-static void progress(int epoch, int epochs, long step, long steps,
-                     double loss) {
-  int width = 30, done = (int)(width * step / (steps > 0 ? steps : 1));
-  char bar[32];
-  for (int i = 0; i < width; i++)
-    bar[i] = i < done ? '=' : (i == done ? '>' : ' ');
-  bar[width] = '\0';
-  fprintf(stderr, "\repoch %d/%d [%s] %3ld%% loss %.4f ", epoch, epochs, bar,
-          100 * step / (steps > 0 ? steps : 1), loss);
+/*
+ * Rank 0's progress through an epoch, on stderr.  On a terminal, or through
+ * hoop-run to one (HOOP_STDERR_TTY=1), a bar that each update overwrites
+ * and the epoch's end blanks, so that only the epoch lines stay.  In a log
+ * a line every `every_s` seconds, which short epochs never reach.
+ */
+enum { BAR_REFRESH_MS = 100, BAR_WIDTH = 30 };
+
+struct progress {
+  enum { PROGRESS_NONE, PROGRESS_BAR, PROGRESS_LINES } mode;
+  double every_s; /* between lines */
+  double last_s;  /* when last drawn or printed */
+  int drawn;      /* characters of bar on the terminal's line */
+};
+
+static struct progress progress_init(const struct options *o, int rank) {
+  struct progress p = {.mode = PROGRESS_NONE, .every_s = o->progress_every};
+  const char *hint = getenv("HOOP_STDERR_TTY");
+  if (rank != 0 || o->quiet)
+    return p;
+  p.mode = isatty(STDERR_FILENO) || (hint != NULL && strcmp(hint, "1") == 0)
+               ? PROGRESS_BAR : PROGRESS_LINES;
+  return p;
+}
+
+/* A bar shows at the epoch's first step; a log waits its interval. */
+static void progress_start(struct progress *p) {
+  p->last_s = p->mode == PROGRESS_BAR ? -1e9 : now_s();
+}
+
+static void progress_step(struct progress *p, int epoch, int epochs,
+                          long step, long steps, double loss) {
+  if (p->mode == PROGRESS_NONE)
+    return;
+  double now = now_s(), since = now - p->last_s;
+  int pct = (int)(100 * step / steps);
+  if (p->mode == PROGRESS_LINES && since >= p->every_s) {
+    fprintf(stderr, "epoch %d/%d: step %ld/%ld (%d%%), loss %.4f\n", epoch,
+            epochs, step, steps, pct, loss);
+  } else if (p->mode == PROGRESS_BAR && since * 1000 >= BAR_REFRESH_MS) {
+    int done = (int)(BAR_WIDTH * step / steps);
+    char bar[BAR_WIDTH + 1];
+    for (int i = 0; i < BAR_WIDTH; i++)
+      bar[i] = i < done ? '=' : (i == done ? '>' : ' ');
+    bar[BAR_WIDTH] = '\0';
+    /* The carriage return after the text, not before it: hoop-run shows
+     * an update once its end has come. */
+    p->drawn = fprintf(stderr, "epoch %d/%d [%s] %3d%% loss %.4f", epoch,
+                       epochs, bar, pct, loss);
+    fputc('\r', stderr);
+  } else {
+    return;
+  }
   fflush(stderr);
+  p->last_s = now;
+}
+
+/* Blanks the bar, before the epoch's line or an error. */
+static void progress_clear(struct progress *p) {
+  if (p->drawn <= 0)
+    return;
+  fprintf(stderr, "%*s\r", p->drawn, "");
+  fflush(stderr);
+  p->drawn = 0;
 }
 
 static FILE *open_metrics(const struct options *o) {
@@ -497,7 +564,7 @@ static int train(const struct options *o, hoop_comm_t comm, int rank,
              start_epoch);
     fflush(stdout);
   }
-  int bar = rank == 0 && !o->quiet && isatty(STDERR_FILENO);
+  struct progress prog = progress_init(o, rank);
   for (int epoch = start_epoch; epoch < o->epochs; epoch++) {
     size_t count;
     order = dataset_shard(train_set.n, o->seed, epoch, rank, nranks, &count);
@@ -510,6 +577,7 @@ static int train(const struct options *o, hoop_comm_t comm, int rank,
     double comm0 = ddp_comm_seconds(t.ddp), wait0 = t.wait_s;
     double loss_sum = 0.0, t0 = now_s();
     long correct = 0;
+    progress_start(&prog);
     for (long s = 0; s < steps; s++) {
       long group = s / o->accum_steps;
       long group_end = (group + 1) * o->accum_steps;
@@ -522,24 +590,21 @@ static int train(const struct options *o, hoop_comm_t comm, int rank,
       int sync = s + 1 == group_end || s + 1 == steps;
       if (trainer_step(&t, &train_set, order + first, batch, scale, sync,
                        &loss_sum, &correct, err, sizeof err) != 0) {
-        if (bar)
-          fputc('\n', stderr);
+        progress_clear(&prog);
         fprintf(stderr, "hoop-train: rank %d: epoch %d step %ld: %s\n",
                 rank, epoch + 1, s + 1, err);
         goto out_order;
       }
-      if (bar && (s % 16 == 0 || s + 1 == steps))
-        progress(epoch + 1, o->epochs, s + 1, steps,
-                 loss_sum / (double)(first + (size_t)batch));
+      progress_step(&prog, epoch + 1, o->epochs, s + 1, steps,
+                    loss_sum / (double)(first + (size_t)batch));
     }
+    progress_clear(&prog);
     if (trainer_sync(&t, err, sizeof err) != 0) {
       fprintf(stderr, "hoop-train: rank %d: epoch %d: %s\n", rank,
               epoch + 1, err);
       goto out_order;
     }
     double seconds = now_s() - t0;
-    if (bar)
-      fputc('\n', stderr);
     ddp_counts_t after = ddp_allreduce_counts(comm, o->algo);
     /* After the counters are read: combining the ranks' step times is
      * itself an all-reduce, which the gradients' traffic leaves out. */
@@ -588,23 +653,16 @@ static int train(const struct options *o, hoop_comm_t comm, int rank,
                                             grad_bytes),
         .algo = after.calls > before.calls ? after.busiest : o->algo};
     r.compute_s = seconds - r.wait_s;
-    char model[64] = "n/a for tree";
-    if (r.model_bytes_per_step >= 0)
-      snprintf(model, sizeof model, "%.0f B", r.model_bytes_per_step);
-    /* On the GPU the steps' times are only the queueing of the calls. */
-    char median[160] = "";
-    if (nranks > 1 && !o->cuda)
-      snprintf(median, sizeof median,
-               "; median step %.0f us, %.0f us without the wait, %.0f us "
-               "from the last rank in",
-               r.step_comm_us, r.step_moving_us, r.step_last_in_us);
-    printf("epoch %d/%d loss %.4f train %.4f test %.4f | %.1f s, %.0f "
-           "samples/s | compute %.2f s, waiting %.2f s, all-reduce %.2f s "
-           "(%s; ranks late %.2f s%s) | sent/step %.0f B, model %s\n",
-           r.epoch, o->epochs, r.loss, r.train_acc, r.test_acc, r.seconds,
-           r.samples_per_s, r.compute_s, r.wait_s, r.comm_s,
-           hoop_algo_name(r.algo), r.late_s, median, r.bytes_sent_per_step,
-           model);
+    /* One line a person reads at a glance; the timings behind it, the
+     * median steps and the bytes sent go to --metrics. */
+    char waited[64] = "";
+    if (nranks > 1)
+      snprintf(waited, sizeof waited, " (%.2f s waiting on all-reduce)",
+               r.wait_s);
+    printf("epoch %d/%d: loss %.4f, accuracy train %.4f test %.4f, %.0f "
+           "samples/s, %.1f s%s\n",
+           r.epoch, o->epochs, r.loss, r.train_acc, r.test_acc,
+           r.samples_per_s, r.seconds, waited);
     fflush(stdout);
     if (metrics != NULL)
       write_metrics(metrics, &r);
