@@ -30,6 +30,10 @@ function(hoop_install_program target)
   else()
     set(rpath "$ORIGIN/${bin_to_lib}")
   endif()
+  if(HOOP_HAVE_CUDA)
+    # Not in the link path CMake keeps: see CMAKE_BUILD_RPATH's comment.
+    list(APPEND rpath "${CUDAToolkit_LIBRARY_DIR}")
+  endif()
   set_target_properties(${target} PROPERTIES INSTALL_RPATH "${rpath}"
                         INSTALL_RPATH_USE_LINK_PATH ON)
   install(TARGETS ${target} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
