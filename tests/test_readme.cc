@@ -80,6 +80,9 @@ const std::vector<RunHere> &runs() {
       {"build/tools/hoop-run -n 2 build/example-allreduce", ranks_correct(2),
        ""},
       {"mpirun -np 2 build/example-allreduce", ranks_correct(2), "mpirun"},
+      {"torchrun --standalone --nproc_per_node 2 --no_python --redirects 2 "
+       "--tee 2 build/example-allreduce",
+       ranks_correct(2), "torchrun"},
       {"HOOP_ALGO=ps build/tools/hoop-run -n 2 build/bench/hoop-bench -b 4K "
        "-e 1M",
        {"\\bps\\b", "\\n\\[0\\] +1048576 +262144 +float +sum"},
@@ -104,10 +107,6 @@ const std::vector<Elsewhere> &elsewhere() {
       {"cmake --build build",
        "tools/quickstart.sh",
        {"cmake --build \"$build\""}},
-      {"torchrun --nproc_per_node 2 --no_python --redirects 2 --tee 2 "
-       "build/example-allreduce",
-       "tests/test_launcher.cc",
-       {"--nproc_per_node", "--no_python", "--redirects", "--tee"}},
   };
   return list;
 }
