@@ -305,8 +305,13 @@ HOOP_API hoop_result_t hoop_alltoall(hoop_comm_t comm, const void *sendbuf,
                                      hoop_dtype_t dtype,
                                      hoop_stream_t stream);
 
-/* Chooses the all-reduce, broadcast and reduce algorithm of this comm. */
+/*
+ * Chooses the all-reduce, broadcast and reduce algorithm of this comm;
+ * get reads the setting (HOOP_ALGO's, until set changes it).
+ */
 HOOP_API hoop_result_t hoop_comm_set_algo(hoop_comm_t comm, hoop_algo_t algo);
+HOOP_API hoop_result_t hoop_comm_get_algo(hoop_comm_t comm,
+                                          hoop_algo_t *algo);
 HOOP_API const char *hoop_algo_name(hoop_algo_t algo);
 
 /*

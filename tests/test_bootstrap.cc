@@ -253,4 +253,40 @@ TEST(Bootstrap, ManyCommunicatorsCreatedAndDestroyed) {
   EXPECT_TRUE(r.all_ok()) << describe(r);
 }
 
+// hoop_comm_get_algo reads back the setting a communicator starts with
+// (HOOP_ALGO's) and then what hoop_comm_set_algo made it.
+TEST(Bootstrap, AlgorithmSettingReadsBack) {
+  RunOptions opt;
+  opt.init = false;
+  RunResult r = run_ranks(
+      1,
+      [](RankLog &log, hoop_comm_t, int, int) {
+        setenv("HOOP_ALGO", "tree", 1);
+        hoop_unique_id_t id;
+        hoop_comm_t comm;
+        RANK_EXPECT_OK(log, nullptr, hoop_get_unique_id(&id));
+        RANK_EXPECT_OK(log, nullptr,
+                       hoop_comm_init_rank(&comm, 1, &id, 0, nullptr));
+        hoop_algo_t algo = HOOP_ALGO_COUNT;
+        RANK_EXPECT_OK(log, comm, hoop_comm_get_algo(comm, &algo));
+        RANK_EXPECT(log, algo == HOOP_ALGO_TREE, "got %s",
+                    hoop_algo_name(algo));
+        RANK_EXPECT_OK(log, comm, hoop_comm_set_algo(comm, HOOP_ALGO_PS));
+        RANK_EXPECT_OK(log, comm, hoop_comm_get_algo(comm, &algo));
+        RANK_EXPECT(log, algo == HOOP_ALGO_PS, "got %s",
+                    hoop_algo_name(algo));
+        RANK_EXPECT(log,
+                    hoop_comm_get_algo(comm, nullptr) ==
+                        HOOP_ERR_INVALID_ARGUMENT,
+                    "NULL accepted");
+        hoop_comm_destroy(comm);
+        RANK_EXPECT(log,
+                    hoop_comm_get_algo(comm, &algo) ==
+                        HOOP_ERR_INVALID_USAGE,
+                    "a destroyed communicator answered");
+      },
+      opt);
+  EXPECT_TRUE(r.all_ok()) << describe(r);
+}
+
 } // namespace
