@@ -1,6 +1,7 @@
 // Joining a communicator: unique ids, hoop_comm_init_env with each
-// launcher's variables, and the rendezvous's errors (wrong sizes, missing
-// ranks, bad arguments), each of which must be clear and bounded in time.
+// launcher's variables (and a Slurm batch script that forgot srun), and
+// the rendezvous's errors (wrong sizes, missing ranks, bad arguments), each
+// of which must be clear and bounded in time.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -39,7 +40,9 @@ void clear_launcher_env() {
        {"HOOP_RANK", "HOOP_WORLD_SIZE", "HOOP_ROOT_ADDR", "RANK",
         "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "OMPI_COMM_WORLD_RANK",
         "OMPI_COMM_WORLD_SIZE", "PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid",
-        "SLURM_PROCID", "SLURM_NTASKS", "SLURM_JOB_ID", "SLURM_STEP_ID"})
+        "SLURM_PROCID", "SLURM_NTASKS", "SLURM_JOB_ID", "SLURM_STEP_ID",
+        "SLURM_STEPID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID",
+        "SLURM_NODEID", "ENVIRONMENT"})
     unsetenv(name);
 }
 
@@ -108,12 +111,67 @@ TEST(Bootstrap, InitEnvFromOpenMpiVariablesWithoutAddress) {
   });
 }
 
+// What srun gives each task of a job step, here one started from a batch
+// script (whose ENVIRONMENT=BATCH the step inherits).
 TEST(Bootstrap, InitEnvFromSlurmVariables) {
   init_env_case(2, [](int rank, int n, int port) {
     setenv("SLURM_PROCID", std::to_string(rank).c_str(), 1);
     setenv("SLURM_NTASKS", std::to_string(n).c_str(), 1);
     setenv("SLURM_JOB_ID", std::to_string(port).c_str(), 1);
+    setenv("SLURM_STEP_ID", "0", 1);
+    setenv("SLURM_STEPID", "0", 1);
+    setenv("SLURM_STEP_NUM_TASKS", std::to_string(n).c_str(), 1);
+    setenv("SLURM_LOCALID", std::to_string(rank).c_str(), 1);
+    setenv("SLURM_NODEID", "0", 1);
+    setenv("ENVIRONMENT", "BATCH", 1);
   });
+}
+
+// sbatch's batch script is one process with the job's SLURM_NTASKS and
+// SLURM_PROCID=0 but none of a job step's variables: the program started
+// there without srun fails at once, saying so, instead of waiting the whole
+// timeout for ranks that will never come.  A one-task job is whole.
+TEST(Bootstrap, InitEnvInASlurmBatchScriptWithoutSrunFailsAtOnce) {
+  RunOptions opt;
+  opt.init = false;
+  RunResult r = run_ranks(
+      1,
+      [](RankLog &log, hoop_comm_t, int, int) {
+        clear_launcher_env();
+        setenv("SLURM_PROCID", "0", 1);
+        setenv("SLURM_NTASKS", "2", 1);
+        setenv("SLURM_JOB_ID", std::to_string(free_port()).c_str(), 1);
+        setenv("SLURM_LOCALID", "0", 1);
+        setenv("SLURM_NODEID", "0", 1);
+        setenv("ENVIRONMENT", "BATCH", 1);
+        hoop_config_t cfg = HOOP_CONFIG_INIT;
+        cfg.timeout_ms = 20000;
+        hoop_comm_t comm;
+        auto start = std::chrono::steady_clock::now();
+        hoop_result_t res = hoop_comm_init_env(&comm, &cfg);
+        double secs = std::chrono::duration<double>(
+                          std::chrono::steady_clock::now() - start)
+                          .count();
+        RANK_EXPECT(log, res == HOOP_ERR_INVALID_USAGE, "got %s: %s",
+                    hoop_result_name(res), hoop_last_error());
+        RANK_EXPECT(log, secs < 2.0, "took %.2f s", secs);
+        const char *msg = hoop_last_error();
+        RANK_EXPECT(log,
+                    strstr(msg, "SLURM_NTASKS=2, but only one process of "
+                                "the job started; launch with srun") !=
+                        nullptr,
+                    "message: %s", msg);
+        setenv("SLURM_NTASKS", "1", 1);
+        res = hoop_comm_init_env(&comm, &cfg);
+        RANK_EXPECT(log, res == HOOP_SUCCESS, "one task: %s: %s",
+                    hoop_result_name(res), hoop_last_error());
+        if (res == HOOP_SUCCESS) {
+          expect_working(log, comm, 0, 1);
+          hoop_comm_destroy(comm);
+        }
+      },
+      opt);
+  EXPECT_TRUE(r.all_ok()) << describe(r);
 }
 
 TEST(Bootstrap, InitEnvWithoutVariablesSaysWhatIsMissing) {
