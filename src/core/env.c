@@ -7,8 +7,8 @@
  * MASTER_PORT).  mpirun and srun give no address: then rank 0 publishes a
  * unique id in a file named after the job, which works when all ranks share
  * one host (the common `mpirun -np 4 prog` case); jobs across hosts set
- * HOOP_ROOT_ADDR or MASTER_ADDR.  A batch script that forgot srun fails
- * before any rank waits.
+ * HOOP_ROOT_ADDR or MASTER_ADDR.  What can be checked alone (a batch script
+ * that forgot srun, a bad interface setting) fails before any rank waits.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -201,6 +201,13 @@ hoop_result_t hoop_comm_init_env(hoop_comm_t *comm,
   HOOP_CHECK(read_rank_size(&le));
   HOOP_CHECK(check_slurm_step(&le));
   HOOP_CHECK(read_root(&le));
+  /*
+   * Checked here too, so that a bad interface setting fails on every rank
+   * at once rather than only in rank 0's hoop_get_unique_id while the
+   * others wait for its id file.
+   */
+  struct hoop_iface iface;
+  HOOP_CHECK(hoop__comm_iface(config, &iface));
   int timeout_ms = config != NULL && config->timeout_ms > 0
                        ? config->timeout_ms
                        : (int)hoop__param_timeout_ms();
