@@ -1,8 +1,8 @@
 // Joining a communicator: unique ids, hoop_comm_init_env with each
 // launcher's variables (and a Slurm batch script that forgot srun), the
-// interface setting HOOP_SOCKET_IFNAME, and the rendezvous's errors (wrong
-// sizes, missing ranks, bad arguments), each of which must be clear and
-// bounded in time.
+// interface setting HOOP_SOCKET_IFNAME, rank 0's INFO banner, and the
+// rendezvous's errors (wrong sizes, missing ranks, bad arguments), each of
+// which must be clear and bounded in time.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "harness.h"
+#include "hoop_build_config.h"
 
 extern "C" {
 #include "core/socket.h"
@@ -418,6 +419,8 @@ TEST(SocketIfname, JobsRunOverTheInterfaceItSelects) {
     EXPECT_EQ(count_of(out.text, "HOOP_SOCKET_IFNAME chose lo 127.0.0.1"),
               3u)
         << spec << ": " << out.text;
+    EXPECT_NE(out.text.find("listening on lo 127.0.0.1:"), std::string::npos)
+        << spec << ": " << out.text;
   }
 }
 
@@ -551,6 +554,45 @@ TEST(Bootstrap, AlgorithmSettingReadsBack) {
       },
       opt);
   EXPECT_TRUE(r.all_ok()) << describe(r);
+}
+
+// Rank 0's INFO banner: one line with hoop's version, the transports to
+// peers on its host and on others, where device buffers will go, and the
+// algorithm setting with where it came from.  Other ranks print none, and
+// below INFO nobody does.
+TEST(Banner, RankZeroSaysVersionTransportsAndAlgorithm) {
+  const std::string head =
+      std::string("INFO hoop ") + HOOP_VERSION_STRING + ": communicator ";
+  Output out = run_shell(job("HOOP_DEBUG=INFO HOOP_ALGO=tree", 3));
+  ASSERT_EQ(out.status, 0) << out.text;
+  ASSERT_EQ(count_of(out.text, head), 1u) << out.text;
+  std::string line = out.text.substr(out.text.find(head));
+  line = line.substr(0, line.find('\n'));
+  size_t start = out.text.rfind('\n', out.text.find(head));
+  start = start == std::string::npos ? 0 : start + 1;
+  EXPECT_EQ(out.text.compare(start, 4, "[0] "), 0) << out.text;
+  for (const char *part :
+       {", 3 ranks; transports from rank 0: this host shm x2, other hosts "
+        "none; device buffers: ",
+        HOOP_HAVE_CUDA ? "cuda_ipc, or staged" : "none (built without CUDA)",
+        "; algorithm tree (HOOP_ALGO); listening on 127.0.0.1:"})
+    EXPECT_NE(line.find(part), std::string::npos) << part << "\n" << line;
+
+  out = run_shell(job("HOOP_DEBUG=INFO HOOP_TRANSPORT=tcp", 2));
+  ASSERT_EQ(out.status, 0) << out.text;
+  ASSERT_EQ(count_of(out.text, head), 1u) << out.text;
+  line = out.text.substr(out.text.find(head));
+  line = line.substr(0, line.find('\n'));
+  for (const char *part :
+       {"this host tcp x1, other hosts none (HOOP_TRANSPORT=tcp)",
+        HOOP_HAVE_CUDA ? "device buffers: staged through host memory"
+                       : "device buffers: none (built without CUDA)",
+        "algorithm auto (default)"})
+    EXPECT_NE(line.find(part), std::string::npos) << part << "\n" << line;
+
+  out = run_shell(job("HOOP_DEBUG=WARN", 2));
+  ASSERT_EQ(out.status, 0) << out.text;
+  EXPECT_EQ(count_of(out.text, head), 0u) << out.text;
 }
 
 } // namespace
