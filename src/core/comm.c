@@ -606,11 +606,12 @@ static void log_banner(const struct hoop_comm *comm) {
              comm->iface.setting);
   else
     snprintf(where, sizeof where, "%s", astr);
-  HOOP_INFO("hoop %s: communicator %016llx, %d ranks; transports from rank "
-            "%d: this host %s, other hosts %s%s%s%s; device buffers: %s; "
-            "algorithm %s (%s); listening on %s",
+  HOOP_INFO("hoop %s: communicator %016llx, %d rank%s; transports from "
+            "rank %d: this host %s, other hosts %s%s%s%s; device buffers: "
+            "%s; algorithm %s (%s); listening on %s",
             hoop_version_string(), (unsigned long long)comm->comm_id,
-            comm->nranks, comm->rank, here, away,
+            comm->nranks, comm->nranks == 1 ? "" : "s", comm->rank, here,
+            away,
             forced != NULL ? " (HOOP_TRANSPORT=" : "",
             forced != NULL ? forced : "", forced != NULL ? ")" : "",
             hoop__device_path_expected(comm), hoop_algo_name(comm->algo),
