@@ -24,6 +24,9 @@
  * busiest link for the algorithm that ran, and that algorithm.  It is off
  * by default because scripts that parse the rows expect 13 columns.  -J
  * writes every measured row as JSON lines, traffic included.
+ *
+ * -a sets the algorithm; without it the library's own setting stands
+ * (HOOP_ALGO, else auto), and the header says which and from where.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -51,7 +54,8 @@ struct options {
   int iters, warmup, check, traffic, root;
   hoop_dtype_t dtype;
   hoop_op_t op;
-  hoop_algo_t algo;
+  hoop_algo_t algo;        /* -a, else the library's setting */
+  const char *algo_source; /* "-a", "HOOP_ALGO" or "default" */
   const char *json_path;
   int corrupt; /* HOOP_BENCH_CORRUPT */
   enum bench_memory memory; /* -m */
@@ -182,6 +186,8 @@ static void usage(void) {
          "  -r: root of broadcast and reduce (default 0)\n"
          "  algos: auto; ring tree ps (allreduce); ring tree (broadcast, "
          "reduce); ring (reducescatter, allgather)\n"
+         "  -a: without it the library's setting stands (HOOP_ALGO, else "
+         "auto)\n"
          "  -m: buffer memory: host, or cuda (device buffers on one stream,\n"
          "      timed to the stream's completion; builds with CUDA)\n"
          "  -J: every row as JSON lines, with the bytes each call moved\n"
@@ -268,6 +274,7 @@ static struct options parse_options(int argc, char **argv) {
       break;
     case 'a':
       o.algo = parse_enum(optarg, algo_name, HOOP_ALGO_P2P, "algorithm");
+      o.algo_source = "-a";
       break;
     case 'm': {
       const char *why = "";
@@ -503,12 +510,13 @@ static void time_call(struct ctx *c, const struct bench_call *call,
 
 static void print_header(const struct ctx *c) {
   const struct bench_coll *k = c->opt.coll;
-  printf("# hoop-bench %s: %d ranks, %s %s, root %d, algorithm %s, %d "
+  printf("# hoop-bench %s: %d ranks, %s %s, root %d, algorithm %s (%s), %d "
          "warm-up and %d timed iterations, check %s, %s buffers\n",
          k->name, c->nranks, hoop_dtype_name(c->opt.dtype),
          k->reduces ? hoop_op_name(c->opt.op) : "none",
          k->rooted ? c->opt.root : -1, hoop_algo_name(c->opt.algo),
-         c->opt.warmup, c->opt.iters, c->opt.check ? "on" : "off",
+         c->opt.algo_source, c->opt.warmup, c->opt.iters,
+         c->opt.check ? "on" : "off",
          c->opt.memory == BENCH_CUDA ? "cuda" : "host");
   if (c->opt.evict_bytes > 0)
     printf("# caches: %zu bytes of other memory written before each call "
@@ -588,13 +596,15 @@ static void write_json(const struct ctx *c, const struct bench_layout *l,
     fprintf(c->json,
             "{\"collective\":\"%s\",\"ranks\":%d,\"bytes\":%zu,"
             "\"count\":%zu,\"dtype\":\"%s\",\"op\":\"%s\",\"root\":%d,"
-            "\"algo_requested\":\"%s\",\"in_place\":%d,\"time_us\":%.3f,"
+            "\"algo_requested\":\"%s\",\"algo_source\":\"%s\","
+            "\"in_place\":%d,\"time_us\":%.3f,"
             "\"min_us\":%.3f,\"max_us\":%.3f,\"algbw_GBps\":%.4f,"
             "\"busbw_GBps\":%.4f,",
             k->name, c->nranks, l->bytes, l->count,
             hoop_dtype_name(c->opt.dtype),
             k->reduces ? hoop_op_name(c->opt.op) : "none",
-            k->rooted ? c->opt.root : -1, hoop_algo_name(c->opt.algo), ip,
+            k->rooted ? c->opt.root : -1, hoop_algo_name(c->opt.algo),
+            c->opt.algo_source, ip,
             p[ip].median_us, p[ip].min_us, p[ip].max_us, algbw,
             algbw * k->bus_factor(c->nranks));
     if (p[ip].wrong < 0)
@@ -658,7 +668,18 @@ int main(int argc, char **argv) {
     hoop_comm_destroy(c.comm);
     return 2;
   }
-  CHECK(&c, hoop_comm_set_algo(c.comm, c.opt.algo));
+  /*
+   * Without -a the library's own setting stands: HOOP_ALGO, else auto.
+   * The header and JSON name it; each row names what every call ran.
+   */
+  if (c.opt.algo_source != NULL) {
+    CHECK(&c, hoop_comm_set_algo(c.comm, c.opt.algo));
+  } else {
+    const char *env = getenv("HOOP_ALGO");
+    c.opt.algo_source =
+        env != NULL && *env != '\0' ? "HOOP_ALGO" : "default";
+    CHECK(&c, hoop_comm_get_algo(c.comm, &c.opt.algo));
+  }
   c.ref = (struct bench_ref){.rank = c.rank, .nranks = c.nranks,
                              .root = c.opt.root, .dtype = c.opt.dtype,
                              .op = c.opt.op, .reduces = c.opt.coll->reduces};

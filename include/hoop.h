@@ -175,7 +175,9 @@ HOOP_API hoop_result_t hoop_comm_init_rank(hoop_comm_t *comm, int nranks,
  * Like hoop_comm_init_rank, with rank, size and rendezvous address from the
  * environment: HOOP_RANK/HOOP_WORLD_SIZE/HOOP_ROOT_ADDR (set by hoop-run),
  * torchrun's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, Open MPI's
- * OMPI_COMM_WORLD_RANK/SIZE or Slurm's SLURM_PROCID/SLURM_NTASKS.
+ * OMPI_COMM_WORLD_RANK/SIZE or Slurm's SLURM_PROCID/SLURM_NTASKS in an
+ * srun job step (a batch script that runs the program without srun fails
+ * at once with HOOP_ERR_INVALID_USAGE).
  */
 HOOP_API hoop_result_t hoop_comm_init_env(hoop_comm_t *comm,
                                           const hoop_config_t *config);
@@ -305,8 +307,13 @@ HOOP_API hoop_result_t hoop_alltoall(hoop_comm_t comm, const void *sendbuf,
                                      hoop_dtype_t dtype,
                                      hoop_stream_t stream);
 
-/* Chooses the all-reduce, broadcast and reduce algorithm of this comm. */
+/*
+ * Chooses the all-reduce, broadcast and reduce algorithm of this comm;
+ * get reads the setting (HOOP_ALGO's, until set changes it).
+ */
 HOOP_API hoop_result_t hoop_comm_set_algo(hoop_comm_t comm, hoop_algo_t algo);
+HOOP_API hoop_result_t hoop_comm_get_algo(hoop_comm_t comm,
+                                          hoop_algo_t *algo);
 HOOP_API const char *hoop_algo_name(hoop_algo_t algo);
 
 /*

@@ -296,6 +296,48 @@ TEST(Bench, StaggeredCallsTimeTheLateRankFromItsArrival) {
   EXPECT_LT(std::stod(rows[0][9]), 50000.0) << out.text;
 }
 
+// Without -a the library's own setting stands: HOOP_ALGO=ps runs every
+// all-reduce on the parameter server and HOOP_ALGO=tree on the trees (at
+// least one of them is not what auto would pick), and the header says
+// where the setting came from; -a still overrides the environment.
+TEST(Bench, HoopAlgoChoosesUnlessDashAIsGiven) {
+  struct Case {
+    const char *env, *flag, *ran, *header;
+  };
+  const Case cases[] = {
+      {"ps", "", "ps", "algorithm ps (HOOP_ALGO)"},
+      {"tree", "", "tree", "algorithm tree (HOOP_ALGO)"},
+      {"ps", "-a ring ", "ring", "algorithm ring (-a)"},
+  };
+  for (const Case &c : cases) {
+    Output out = run_shell(std::string("env -u HOOP_TRANSPORT HOOP_ALGO=") +
+                           c.env + " " + HOOP_RUN_PATH + " --no-prefix -n 3 " +
+                           HOOP_BENCH_PATH + " " + c.flag +
+                           "-b 1K -e 64K -f 8 -n 2 -w 1 -c 1 -B 1");
+    ASSERT_EQ(out.status, 0) << c.env << ": " << out.text;
+    EXPECT_NE(out.text.find(std::string("# hoop-bench allreduce: 3 ranks, "
+                                        "float sum, root -1, ") +
+                            c.header + ","),
+              std::string::npos)
+        << c.env << " " << c.flag << ": " << out.text;
+    std::vector<Fields> rows = hooptest::bench_rows(out.text);
+    ASSERT_EQ(rows.size(), 3u) << out.text;
+    for (const Fields &f : rows) {
+      ASSERT_EQ(f.size(), 19u) << out.text;
+      EXPECT_EQ(f[18], c.ran) << c.env << " " << c.flag << ": " << out.text;
+      EXPECT_EQ(f[8], "0") << out.text;
+      EXPECT_EQ(f[12], "0") << out.text;
+    }
+  }
+  // Nothing set: the library's default, which the header names as such.
+  Output out = run_shell(std::string("env -u HOOP_ALGO ") + HOOP_RUN_PATH +
+                         " --no-prefix -n 2 " + HOOP_BENCH_PATH +
+                         " -b 1K -e 1K -n 1 -w 0");
+  ASSERT_EQ(out.status, 0) << out.text;
+  EXPECT_NE(out.text.find(", algorithm auto (default), "), std::string::npos)
+      << out.text;
+}
+
 // nccl-tests spellings pick the same collective.
 TEST(Bench, AcceptsNcclTestsNames) {
   Output out = run_shell(std::string(HOOP_RUN_PATH) + " --no-prefix -n 2 " +

@@ -1,21 +1,32 @@
 // Joining a communicator: unique ids, hoop_comm_init_env with each
-// launcher's variables, and the rendezvous's errors (wrong sizes, missing
-// ranks, bad arguments), each of which must be clear and bounded in time.
+// launcher's variables (and a Slurm batch script that forgot srun), the
+// interface setting HOOP_SOCKET_IFNAME, rank 0's INFO banner, and the
+// rendezvous's errors (wrong sizes, missing ranks, bad arguments), each of
+// which must be clear and bounded in time.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "harness.h"
+#include "hoop_build_config.h"
+
+extern "C" {
+#include "core/socket.h"
+}
 
 using namespace hooptest;
+using Output = hooptest::ShellOutput;
 
 namespace {
 
@@ -39,7 +50,9 @@ void clear_launcher_env() {
        {"HOOP_RANK", "HOOP_WORLD_SIZE", "HOOP_ROOT_ADDR", "RANK",
         "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "OMPI_COMM_WORLD_RANK",
         "OMPI_COMM_WORLD_SIZE", "PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid",
-        "SLURM_PROCID", "SLURM_NTASKS", "SLURM_JOB_ID", "SLURM_STEP_ID"})
+        "SLURM_PROCID", "SLURM_NTASKS", "SLURM_JOB_ID", "SLURM_STEP_ID",
+        "SLURM_STEPID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID",
+        "SLURM_NODEID", "ENVIRONMENT", "HOOP_SOCKET_IFNAME"})
     unsetenv(name);
 }
 
@@ -108,12 +121,67 @@ TEST(Bootstrap, InitEnvFromOpenMpiVariablesWithoutAddress) {
   });
 }
 
+// What srun gives each task of a job step, here one started from a batch
+// script (whose ENVIRONMENT=BATCH the step inherits).
 TEST(Bootstrap, InitEnvFromSlurmVariables) {
   init_env_case(2, [](int rank, int n, int port) {
     setenv("SLURM_PROCID", std::to_string(rank).c_str(), 1);
     setenv("SLURM_NTASKS", std::to_string(n).c_str(), 1);
     setenv("SLURM_JOB_ID", std::to_string(port).c_str(), 1);
+    setenv("SLURM_STEP_ID", "0", 1);
+    setenv("SLURM_STEPID", "0", 1);
+    setenv("SLURM_STEP_NUM_TASKS", std::to_string(n).c_str(), 1);
+    setenv("SLURM_LOCALID", std::to_string(rank).c_str(), 1);
+    setenv("SLURM_NODEID", "0", 1);
+    setenv("ENVIRONMENT", "BATCH", 1);
   });
+}
+
+// sbatch's batch script is one process with the job's SLURM_NTASKS and
+// SLURM_PROCID=0 but none of a job step's variables: the program started
+// there without srun fails at once, saying so, instead of waiting the whole
+// timeout for ranks that will never come.  A one-task job is whole.
+TEST(Bootstrap, InitEnvInASlurmBatchScriptWithoutSrunFailsAtOnce) {
+  RunOptions opt;
+  opt.init = false;
+  RunResult r = run_ranks(
+      1,
+      [](RankLog &log, hoop_comm_t, int, int) {
+        clear_launcher_env();
+        setenv("SLURM_PROCID", "0", 1);
+        setenv("SLURM_NTASKS", "2", 1);
+        setenv("SLURM_JOB_ID", std::to_string(free_port()).c_str(), 1);
+        setenv("SLURM_LOCALID", "0", 1);
+        setenv("SLURM_NODEID", "0", 1);
+        setenv("ENVIRONMENT", "BATCH", 1);
+        hoop_config_t cfg = HOOP_CONFIG_INIT;
+        cfg.timeout_ms = 20000;
+        hoop_comm_t comm;
+        auto start = std::chrono::steady_clock::now();
+        hoop_result_t res = hoop_comm_init_env(&comm, &cfg);
+        double secs = std::chrono::duration<double>(
+                          std::chrono::steady_clock::now() - start)
+                          .count();
+        RANK_EXPECT(log, res == HOOP_ERR_INVALID_USAGE, "got %s: %s",
+                    hoop_result_name(res), hoop_last_error());
+        RANK_EXPECT(log, secs < 2.0, "took %.2f s", secs);
+        const char *msg = hoop_last_error();
+        RANK_EXPECT(log,
+                    strstr(msg, "SLURM_NTASKS=2, but only one process of "
+                                "the job started; launch with srun") !=
+                        nullptr,
+                    "message: %s", msg);
+        setenv("SLURM_NTASKS", "1", 1);
+        res = hoop_comm_init_env(&comm, &cfg);
+        RANK_EXPECT(log, res == HOOP_SUCCESS, "one task: %s: %s",
+                    hoop_result_name(res), hoop_last_error());
+        if (res == HOOP_SUCCESS) {
+          expect_working(log, comm, 0, 1);
+          hoop_comm_destroy(comm);
+        }
+      },
+      opt);
+  EXPECT_TRUE(r.all_ok()) << describe(r);
 }
 
 TEST(Bootstrap, InitEnvWithoutVariablesSaysWhatIsMissing) {
@@ -251,6 +319,280 @@ TEST(Bootstrap, ManyCommunicatorsCreatedAndDestroyed) {
       },
       opt);
   EXPECT_TRUE(r.all_ok()) << describe(r);
+}
+
+struct IfCase {
+  const char *spec, *name;
+  int want; // 1 selected, 0 not, -1 not a valid setting
+};
+
+// NCCL_SOCKET_IFNAME's forms: prefixes, "=" for whole names, "^" to
+// exclude, comma-separated lists; and the settings that are no list.
+TEST(SocketIfname, MatcherTakesNcclsForms) {
+  const IfCase cases[] = {
+      {"eth", "eth0", 1},         {"eth", "eth", 1},
+      {"eth", "et", 0},           {"eth", "ens3", 0},
+      {"eth0", "eth0.100", 1},    {"eth0,ib", "ib1", 1},
+      {"eth0,ib", "eth1", 0},     {"eth0,ib", "eth0", 1},
+      {"=eth0", "eth0", 1},       {"=eth0", "eth0.100", 0},
+      {"=eth0", "eth", 0},        {"=eth0,eth1", "eth1", 1},
+      {"=eth0,eth1", "eth2", 0},  {"^docker,lo", "lo", 0},
+      {"^docker,lo", "docker0", 0}, {"^docker,lo", "lo2", 0},
+      {"^docker,lo", "eth0", 1},  {"^eth,docker", "lo", 1},
+      {"^eth,docker", "eth0", 0}, {"^=docker0", "docker0", 0},
+      {"^=docker0", "docker1", 1}, {"^=docker0", "docker", 1},
+      {"=^eth", "eth0", 0},       {"=^eth", "^eth", 1},
+      {"", "eth0", -1},           {"^", "eth0", -1},
+      {"=", "eth0", -1},          {"^=", "eth0", -1},
+      {"eth,,lo", "lo", -1},      {",eth", "eth0", -1},
+      {"eth,", "eth0", -1},       {"^=eth0,", "lo", -1},
+  };
+  for (const IfCase &c : cases) {
+    const char *why = nullptr;
+    EXPECT_EQ(hoop__iface_match(c.spec, c.name, &why), c.want)
+        << "spec \"" << c.spec << "\", interface " << c.name;
+    if (c.want < 0) {
+      EXPECT_NE(why, nullptr) << c.spec;
+    }
+  }
+}
+
+// The interfaces of this host with an IPv4 address, lo first if present.
+std::vector<std::string> ipv4_interfaces() {
+  std::vector<std::string> names;
+  ifaddrs *list;
+  if (getifaddrs(&list) != 0)
+    return names;
+  for (ifaddrs *ifa = list; ifa != nullptr; ifa = ifa->ifa_next)
+    if (ifa->ifa_addr != nullptr && ifa->ifa_addr->sa_family == AF_INET)
+      names.push_back(ifa->ifa_name);
+  freeifaddrs(list);
+  return names;
+}
+
+// "^=a,b,c": every interface of this host but lo excluded, which leaves
+// loopback (on this machine "^eth,docker" does the same); or every one,
+// which leaves nothing.  "hoop-none" keeps the list from being empty.
+std::string exclude_all(bool but_loopback) {
+  std::set<std::string> names;
+  ifaddrs *list;
+  if (getifaddrs(&list) == 0) {
+    for (ifaddrs *ifa = list; ifa != nullptr; ifa = ifa->ifa_next)
+      if (!but_loopback || std::string(ifa->ifa_name) != "lo")
+        names.insert(ifa->ifa_name);
+    freeifaddrs(list);
+  }
+  std::string spec = "^=hoop-none";
+  for (const std::string &n : names)
+    spec += "," + n;
+  return spec;
+}
+
+std::string job(const std::string &env, int n) {
+  return "env -u HOOP_TRANSPORT -u HOOP_ALGO -u HOOP_SOCKET_IFNAME " + env +
+         " " + HOOP_RUN_PATH + " -n " + std::to_string(n) + " " +
+         HOOP_EXAMPLE_PATH;
+}
+
+size_t count_of(const std::string &text, const std::string &what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos;
+       at = text.find(what, at + 1))
+    n++;
+  return n;
+}
+
+// Each form that selects loopback here carries a whole job, every rank
+// saying (at INFO) that the setting chose lo.
+TEST(SocketIfname, JobsRunOverTheInterfaceItSelects) {
+  std::vector<std::string> v4 = ipv4_interfaces();
+  ASSERT_NE(std::find(v4.begin(), v4.end(), "lo"), v4.end())
+      << "this host has no lo with an IPv4 address";
+  for (const std::string &spec : {std::string("lo"), std::string("=lo"),
+                                  std::string("lo,hoop-none"),
+                                  exclude_all(true)}) {
+    Output out = run_shell(job("HOOP_DEBUG=INFO HOOP_SOCKET_IFNAME='" + spec +
+                                   "'",
+                               3));
+    EXPECT_EQ(out.status, 0) << spec << ": " << out.text;
+    EXPECT_EQ(count_of(out.text, "(correct)"), 3u) << spec << out.text;
+    EXPECT_EQ(count_of(out.text, "HOOP_SOCKET_IFNAME chose lo 127.0.0.1"),
+              3u)
+        << spec << ": " << out.text;
+    EXPECT_NE(out.text.find("listening on lo 127.0.0.1:"), std::string::npos)
+        << spec << ": " << out.text;
+  }
+}
+
+// A setting that selects nothing, or is no list, stops every rank at once
+// with a message that names the variable and lists what this host has.
+TEST(SocketIfname, BadSettingFailsFastNamingTheVariable) {
+  const std::string everything = exclude_all(false);
+  const std::pair<std::string, std::string> cases[] = {
+      {"hoop-none", "HOOP_SOCKET_IFNAME=hoop-none: no interface matches"},
+      {"=l", "HOOP_SOCKET_IFNAME==l: no interface matches"},
+      {everything, "HOOP_SOCKET_IFNAME=" + everything +
+                       ": no interface matches"},
+      {"eth,,lo", "HOOP_SOCKET_IFNAME=eth,,lo has an empty entry"},
+      {"^", "HOOP_SOCKET_IFNAME=^ names no interface"},
+  };
+  for (const auto &[spec, says] : cases) {
+    auto start = std::chrono::steady_clock::now();
+    Output out = run_shell(job(std::string("HOOP_TIMEOUT_MS=60000 "
+                                           "HOOP_SOCKET_IFNAME='") +
+                                   spec + "'",
+                               3));
+    double secs = std::chrono::duration<double>(
+                      std::chrono::steady_clock::now() - start)
+                      .count();
+    EXPECT_NE(out.status, 0) << spec << ": " << out.text;
+    EXPECT_LT(secs, 10.0) << spec << ": " << out.text;
+    EXPECT_NE(out.text.find(says), std::string::npos)
+        << spec << ": " << out.text;
+    if (says.find("no interface matches") != std::string::npos) {
+      EXPECT_NE(out.text.find("interfaces here: "), std::string::npos)
+          << out.text;
+    }
+  }
+  Output out = run_shell(job("HOOP_SOCKET_IFNAME=hoop-none", 2));
+  EXPECT_NE(out.text.find("lo 127.0.0.1"), std::string::npos) << out.text;
+}
+
+// Under mpirun or srun rank 0 publishes an id the others wait for; a bad
+// setting must stop those others too, not only rank 0.
+TEST(SocketIfname, BadSettingStopsRanksWaitingForTheIdFile) {
+  int port = free_port();
+  RunOptions opt;
+  opt.init = false;
+  hoop_config_t cfg = HOOP_CONFIG_INIT;
+  cfg.timeout_ms = 20000;
+  auto start = std::chrono::steady_clock::now();
+  RunResult r = run_ranks(
+      2,
+      [port, &cfg](RankLog &log, hoop_comm_t, int rank, int n) {
+        clear_launcher_env();
+        setenv("OMPI_COMM_WORLD_RANK", std::to_string(rank).c_str(), 1);
+        setenv("OMPI_COMM_WORLD_SIZE", std::to_string(n).c_str(), 1);
+        setenv("PMIX_NAMESPACE", ("hoopif" + std::to_string(port)).c_str(),
+               1);
+        setenv("HOOP_SOCKET_IFNAME", "hoop-none", 1);
+        hoop_comm_t comm;
+        hoop_result_t res = hoop_comm_init_env(&comm, &cfg);
+        RANK_EXPECT(log, res == HOOP_ERR_INVALID_ARGUMENT, "got %s: %s",
+                    hoop_result_name(res), hoop_last_error());
+        RANK_EXPECT(log,
+                    strstr(hoop_last_error(),
+                           "HOOP_SOCKET_IFNAME=hoop-none") != nullptr,
+                    "message: %s", hoop_last_error());
+      },
+      opt);
+  double secs = std::chrono::duration<double>(
+                    std::chrono::steady_clock::now() - start)
+                    .count();
+  EXPECT_TRUE(r.all_ok()) << describe(r);
+  EXPECT_LT(secs, 5.0);
+}
+
+// hoop_config_t's socket_ifname takes the same forms and overrides the
+// variable; its messages name the field.
+TEST(SocketIfname, ConfigFieldTakesTheSameForms) {
+  hoop_unique_id_t id;
+  ASSERT_EQ(hoop_get_unique_id(&id), HOOP_SUCCESS);
+  hoop_comm_t comm;
+  hoop_config_t cfg = HOOP_CONFIG_INIT;
+  cfg.socket_ifname = "=lo";
+  ASSERT_EQ(hoop_comm_init_rank(&comm, 1, &id, 0, &cfg), HOOP_SUCCESS)
+      << hoop_last_error();
+  EXPECT_EQ(hoop_comm_destroy(comm), HOOP_SUCCESS);
+  ASSERT_EQ(hoop_get_unique_id(&id), HOOP_SUCCESS);
+  cfg.socket_ifname = "eth,,lo";
+  EXPECT_EQ(hoop_comm_init_rank(&comm, 1, &id, 0, &cfg),
+            HOOP_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(strstr(hoop_last_error(),
+                   "hoop_config_t.socket_ifname=eth,,lo has an empty entry"),
+            nullptr)
+      << hoop_last_error();
+  const std::string everything = exclude_all(false);
+  cfg.socket_ifname = everything.c_str();
+  EXPECT_EQ(hoop_comm_init_rank(&comm, 1, &id, 0, &cfg),
+            HOOP_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(strstr(hoop_last_error(), "no interface matches"), nullptr)
+      << hoop_last_error();
+}
+
+// hoop_comm_get_algo reads back the setting a communicator starts with
+// (HOOP_ALGO's) and then what hoop_comm_set_algo made it.
+TEST(Bootstrap, AlgorithmSettingReadsBack) {
+  RunOptions opt;
+  opt.init = false;
+  RunResult r = run_ranks(
+      1,
+      [](RankLog &log, hoop_comm_t, int, int) {
+        setenv("HOOP_ALGO", "tree", 1);
+        hoop_unique_id_t id;
+        hoop_comm_t comm;
+        RANK_EXPECT_OK(log, nullptr, hoop_get_unique_id(&id));
+        RANK_EXPECT_OK(log, nullptr,
+                       hoop_comm_init_rank(&comm, 1, &id, 0, nullptr));
+        hoop_algo_t algo = HOOP_ALGO_COUNT;
+        RANK_EXPECT_OK(log, comm, hoop_comm_get_algo(comm, &algo));
+        RANK_EXPECT(log, algo == HOOP_ALGO_TREE, "got %s",
+                    hoop_algo_name(algo));
+        RANK_EXPECT_OK(log, comm, hoop_comm_set_algo(comm, HOOP_ALGO_PS));
+        RANK_EXPECT_OK(log, comm, hoop_comm_get_algo(comm, &algo));
+        RANK_EXPECT(log, algo == HOOP_ALGO_PS, "got %s",
+                    hoop_algo_name(algo));
+        RANK_EXPECT(log,
+                    hoop_comm_get_algo(comm, nullptr) ==
+                        HOOP_ERR_INVALID_ARGUMENT,
+                    "NULL accepted");
+        hoop_comm_destroy(comm);
+        RANK_EXPECT(log,
+                    hoop_comm_get_algo(comm, &algo) ==
+                        HOOP_ERR_INVALID_USAGE,
+                    "a destroyed communicator answered");
+      },
+      opt);
+  EXPECT_TRUE(r.all_ok()) << describe(r);
+}
+
+// Rank 0's INFO banner: one line with hoop's version, the transports to
+// peers on its host and on others, where device buffers will go, and the
+// algorithm setting with where it came from.  Other ranks print none, and
+// below INFO nobody does.
+TEST(Banner, RankZeroSaysVersionTransportsAndAlgorithm) {
+  const std::string head =
+      std::string("INFO hoop ") + HOOP_VERSION_STRING + ": communicator ";
+  Output out = run_shell(job("HOOP_DEBUG=INFO HOOP_ALGO=tree", 3));
+  ASSERT_EQ(out.status, 0) << out.text;
+  ASSERT_EQ(count_of(out.text, head), 1u) << out.text;
+  std::string line = out.text.substr(out.text.find(head));
+  line = line.substr(0, line.find('\n'));
+  size_t start = out.text.rfind('\n', out.text.find(head));
+  start = start == std::string::npos ? 0 : start + 1;
+  EXPECT_EQ(out.text.compare(start, 4, "[0] "), 0) << out.text;
+  for (const char *part :
+       {", 3 ranks; transports from rank 0: this host shm x2, other hosts "
+        "none; device buffers: ",
+        HOOP_HAVE_CUDA ? "cuda_ipc, or staged" : "none (built without CUDA)",
+        "; algorithm tree (HOOP_ALGO); listening on 127.0.0.1:"})
+    EXPECT_NE(line.find(part), std::string::npos) << part << "\n" << line;
+
+  out = run_shell(job("HOOP_DEBUG=INFO HOOP_TRANSPORT=tcp", 2));
+  ASSERT_EQ(out.status, 0) << out.text;
+  ASSERT_EQ(count_of(out.text, head), 1u) << out.text;
+  line = out.text.substr(out.text.find(head));
+  line = line.substr(0, line.find('\n'));
+  for (const char *part :
+       {"this host tcp x1, other hosts none (HOOP_TRANSPORT=tcp)",
+        HOOP_HAVE_CUDA ? "device buffers: staged through host memory"
+                       : "device buffers: none (built without CUDA)",
+        "algorithm auto (default)"})
+    EXPECT_NE(line.find(part), std::string::npos) << part << "\n" << line;
+
+  out = run_shell(job("HOOP_DEBUG=WARN", 2));
+  ASSERT_EQ(out.status, 0) << out.text;
+  EXPECT_EQ(count_of(out.text, head), 0u) << out.text;
 }
 
 } // namespace

@@ -21,6 +21,7 @@
 #include <time.h>
 
 #include "collectives/collectives.h"
+#include "collectives/device.h"
 #include "collectives/device_cuda.h"
 #include "core/comm.h"
 #include "core/cuda_sync.h"
@@ -56,6 +57,13 @@ static int ipc_possible(const struct hoop_comm *comm) {
       return 0;
   }
   return 1;
+}
+
+const char *hoop__device_path_expected(const struct hoop_comm *comm) {
+  return ipc_possible(comm) ? "cuda_ipc, or staged if a rank cannot map its "
+                              "peers' GPU memory (settled at the first "
+                              "device call)"
+                            : "staged through host memory";
 }
 
 static uint64_t pid_namespace(void) {

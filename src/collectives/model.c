@@ -172,6 +172,16 @@ hoop_result_t hoop_comm_set_algo(hoop_comm_t comm, hoop_algo_t algo) {
   return res;
 }
 
+hoop_result_t hoop_comm_get_algo(hoop_comm_t comm, hoop_algo_t *algo) {
+  if (algo == NULL)
+    return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
+                      "hoop_comm_get_algo: algo is NULL");
+  HOOP_CHECK(hoop__comm_enter(comm, "hoop_comm_get_algo"));
+  *algo = comm->algo;
+  hoop__comm_leave(comm);
+  return HOOP_SUCCESS;
+}
+
 hoop_result_t hoop_comm_predict(hoop_comm_t comm, hoop_coll_t coll,
                                 hoop_algo_t algo, size_t bytes,
                                 double *seconds) {

@@ -174,17 +174,23 @@ static void fill_self(struct hoop_comm *comm, const struct hoop_addr *listen) {
 
 /*
  * Opens the data listener on `ip` (port chosen by the kernel), or on the
- * address of HOOP_SOCKET_IFNAME when one is given.
+ * address of the interface HOOP_SOCKET_IFNAME chose.
  */
 static hoop_result_t open_data_listener(struct hoop_comm *comm,
-                                        const struct hoop_addr *ip,
-                                        const char *ifname) {
-  struct hoop_addr want = *ip;
-  if (ifname != NULL && *ifname != '\0')
-    HOOP_CHECK(hoop__addr_of_interface(ifname, &want));
+                                        const struct hoop_addr *ip) {
+  const struct hoop_iface *iface = &comm->iface;
+  struct hoop_addr want = iface->name[0] != '\0' ? iface->addr : *ip;
   want.port = 0;
   struct hoop_addr bound;
-  HOOP_CHECK(hoop__sock_listen(&want, &comm->listen_fd, &bound));
+  hoop_result_t res = hoop__sock_listen(&want, &comm->listen_fd, &bound);
+  if (res != HOOP_SUCCESS && iface->name[0] != '\0') {
+    char why[HOOP_ERROR_MAX];
+    snprintf(why, sizeof why, "%s", hoop_last_error());
+    return HOOP_ERROR(comm, res, "%s (the address of %s, which %s chose)",
+                      why, iface->name, iface->setting);
+  }
+  if (res != HOOP_SUCCESS)
+    return res;
   fill_self(comm, &bound);
   return HOOP_SUCCESS;
 }
@@ -312,7 +318,7 @@ out:
 }
 
 static hoop_result_t join_root(struct hoop_comm *comm,
-                               const struct hoop_uid *uid, const char *ifname,
+                               const struct hoop_uid *uid,
                                long long deadline) {
   char root_desc[96], astr[HOOP_ADDR_STRLEN];
   snprintf(root_desc, sizeof root_desc, "rank 0 (rendezvous %s)",
@@ -326,7 +332,7 @@ static hoop_result_t join_root(struct hoop_comm *comm,
   getsockname(fd, (struct sockaddr *)&ss, &sl);
   struct hoop_addr local;
   hoop__addr_from_sockaddr((struct sockaddr *)&ss, &local);
-  HOOP_CHECK_GOTO(open_data_listener(comm, &local, ifname), res, out);
+  HOOP_CHECK_GOTO(open_data_listener(comm, &local), res, out);
   struct hello h = {HOOP_WIRE_MAGIC, HOOP_WIRE_VERSION, comm->comm_id,
                     comm->rank, comm->nranks, comm->peers[comm->rank]};
   HOOP_CHECK_GOTO(hoop__sock_send_all(comm, fd, &h, sizeof h, deadline,
@@ -358,19 +364,18 @@ out:
 }
 
 hoop_result_t hoop__bootstrap(struct hoop_comm *comm,
-                              const struct hoop_uid *uid,
-                              const char *ifname) {
+                              const struct hoop_uid *uid) {
   long long deadline = hoop__now_ms() + comm->timeout_ms;
   comm->comm_id = uid->comm_id;
   if (comm->rank != 0)
-    return join_root(comm, uid, ifname, deadline);
+    return join_root(comm, uid, deadline);
 
   int lfd = adopt_root_listener(uid->comm_id);
   if (lfd < 0) {
     struct hoop_addr bound;
     HOOP_CHECK(hoop__sock_listen(&uid->root, &lfd, &bound));
   }
-  hoop_result_t res = open_data_listener(comm, &uid->root, ifname);
+  hoop_result_t res = open_data_listener(comm, &uid->root);
   if (res == HOOP_SUCCESS && comm->nranks > 1)
     res = root_gather(comm, lfd, deadline);
   close(lfd);

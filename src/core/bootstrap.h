@@ -37,10 +37,10 @@ hoop_result_t hoop__uid_parse(const hoop_unique_id_t *id,
 
 /*
  * Runs the rendezvous for comm->rank of comm->nranks: creates comm's data
- * listener and fills comm->peers.  Bounded by comm->timeout_ms.
+ * listener (on comm->iface when one was chosen) and fills comm->peers.
+ * Bounded by comm->timeout_ms.
  */
 hoop_result_t hoop__bootstrap(struct hoop_comm *comm,
-                              const struct hoop_uid *uid,
-                              const char *ifname);
+                              const struct hoop_uid *uid);
 
 #endif /* HOOP_BOOTSTRAP_H */

@@ -5,6 +5,7 @@
  */
 #include "core/comm.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -419,15 +420,33 @@ static void comm_free(struct hoop_comm *comm) {
 
 static int64_t mbps_at_least_1(int64_t mbps) { return mbps > 0 ? mbps : 1; }
 
+static bool config_valid(const hoop_config_t *cfg) {
+  return cfg->size >= sizeof(hoop_config_t) && cfg->version != 0 &&
+         cfg->version <= HOOP_CONFIG_VERSION;
+}
+
+hoop_result_t hoop__comm_iface(const hoop_config_t *config,
+                               struct hoop_iface *iface) {
+  const char *setting = "HOOP_SOCKET_IFNAME";
+  const char *spec = getenv(setting);
+  if (config != NULL && config_valid(config) &&
+      config->socket_ifname != NULL) {
+    setting = "hoop_config_t.socket_ifname";
+    spec = config->socket_ifname;
+  }
+  memset(iface, 0, sizeof *iface);
+  if (spec == NULL || *spec == '\0')
+    return HOOP_SUCCESS;
+  return hoop__iface_choose(setting, spec, iface);
+}
+
 static hoop_result_t apply_config(struct hoop_comm *comm,
-                                  const hoop_config_t *cfg,
-                                  const char **ifname) {
+                                  const hoop_config_t *cfg) {
   comm->timeout_ms = (int)hoop__param_timeout_ms();
   comm->nsocks = (int)hoop__param_nsocks();
   comm->slice_bytes = (size_t)hoop__param_slice_bytes();
   comm->sockbuf_bytes = (size_t)hoop__param_sockbuf_bytes();
   comm->pipeline_bytes = (size_t)hoop__param_pipeline_bytes();
-  *ifname = getenv("HOOP_SOCKET_IFNAME");
   comm->alpha_s = (double)hoop__param_alpha_ns() * 1e-9;
   comm->beta_s = 1.0 / ((double)mbps_at_least_1(hoop__param_link_mbps()) *
                         1e6);
@@ -442,8 +461,7 @@ static hoop_result_t apply_config(struct hoop_comm *comm,
     comm->algo = (hoop_algo_t)a;
   }
   if (cfg != NULL) {
-    if (cfg->size < sizeof(hoop_config_t) || cfg->version == 0 ||
-        cfg->version > HOOP_CONFIG_VERSION)
+    if (!config_valid(cfg))
       return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
                         "config was not initialised with HOOP_CONFIG_INIT "
                         "(size %zu, version %u)",
@@ -457,8 +475,6 @@ static hoop_result_t apply_config(struct hoop_comm *comm,
       comm->nsocks = cfg->nsocks;
     if (cfg->slice_bytes > 0)
       comm->slice_bytes = cfg->slice_bytes;
-    if (cfg->socket_ifname != NULL)
-      *ifname = cfg->socket_ifname;
   }
   if (comm->timeout_ms <= 0)
     comm->timeout_ms = 300000;
@@ -539,12 +555,75 @@ static void learn_host(struct hoop_comm *comm) {
   comm->yield_ns = yield_us * 1000;
 }
 
+/*
+ * "shm x3" or "shm x2, tcp x1": the transports rank 0 uses to the peers
+ * on its host (same_host) or on the others, "none" without such peers.
+ */
+static void describe_transports(const struct hoop_comm *comm, int same_host,
+                                char *buf, size_t len) {
+  const char *names[4];
+  int counts[4], kinds = 0;
+  uint64_t mine = comm->peers[comm->rank].host_hash;
+  for (int peer = 0; peer < comm->nranks; peer++) {
+    if (peer == comm->rank ||
+        (comm->peers[peer].host_hash == mine) != same_host)
+      continue;
+    const struct hoop_transport_ops *t =
+        hoop__transport_pick(comm, comm->rank, peer);
+    const char *name = t != NULL ? t->name : "?";
+    int k = 0;
+    while (k < kinds && strcmp(names[k], name) != 0)
+      k++;
+    if (k == kinds && kinds < 4) {
+      names[kinds] = name;
+      counts[kinds++] = 0;
+    }
+    if (k < kinds)
+      counts[k]++;
+  }
+  size_t used = 0;
+  snprintf(buf, len, "none");
+  for (int k = 0; k < kinds && used < len; k++)
+    used += (size_t)snprintf(buf + used, len - used, "%s%s x%d",
+                             k ? ", " : "", names[k], counts[k]);
+}
+
+/*
+ * Rank 0's INFO banner, the one line a bug report needs first: hoop's
+ * version, the transports to peers on rank 0's host and on other hosts,
+ * where device buffers will go, the algorithm setting and where rank 0
+ * listens.
+ */
+static void log_banner(const struct hoop_comm *comm) {
+  char here[64], away[64], astr[HOOP_ADDR_STRLEN], where[160];
+  describe_transports(comm, 1, here, sizeof here);
+  describe_transports(comm, 0, away, sizeof away);
+  const char *forced = hoop__transport_forced();
+  const char *algo_env = getenv("HOOP_ALGO");
+  hoop__addr_str(&comm->peers[comm->rank].addr, astr);
+  if (comm->iface.name[0] != '\0')
+    snprintf(where, sizeof where, "%s %s (%s)", comm->iface.name, astr,
+             comm->iface.setting);
+  else
+    snprintf(where, sizeof where, "%s", astr);
+  HOOP_INFO("hoop %s: communicator %016llx, %d rank%s; transports from "
+            "rank %d: this host %s, other hosts %s%s%s%s; device buffers: "
+            "%s; algorithm %s (%s); listening on %s",
+            hoop_version_string(), (unsigned long long)comm->comm_id,
+            comm->nranks, comm->nranks == 1 ? "" : "s", comm->rank, here,
+            away,
+            forced != NULL ? " (HOOP_TRANSPORT=" : "",
+            forced != NULL ? forced : "", forced != NULL ? ")" : "",
+            hoop__device_path_expected(comm), hoop_algo_name(comm->algo),
+            algo_env != NULL && *algo_env != '\0' ? "HOOP_ALGO" : "default",
+            where);
+}
+
 hoop_result_t hoop__comm_create(struct hoop_comm **out, int nranks, int rank,
                                 const hoop_unique_id_t *id,
                                 const hoop_config_t *config) {
   hoop_result_t res;
   struct hoop_uid uid;
-  const char *ifname;
   HOOP_CHECK(hoop__uid_parse(id, &uid));
   struct hoop_comm *comm = calloc(1, sizeof *comm);
   if (comm == NULL)
@@ -552,7 +631,15 @@ hoop_result_t hoop__comm_create(struct hoop_comm **out, int nranks, int rank,
   comm->listen_fd = -1;
   comm->rank = rank;
   comm->nranks = nranks;
-  HOOP_CHECK_GOTO(apply_config(comm, config, &ifname), res, out_free);
+  HOOP_CHECK_GOTO(apply_config(comm, config), res, out_free);
+  /* A bad interface setting fails here, before any rank waits on another. */
+  HOOP_CHECK_GOTO(hoop__comm_iface(config, &comm->iface), res, out_free);
+  if (comm->iface.name[0] != '\0') {
+    char ip[INET6_ADDRSTRLEN] = "?";
+    inet_ntop(comm->iface.addr.family, comm->iface.addr.ip, ip, sizeof ip);
+    HOOP_INFO("rank %d: %s chose %s %s", rank, comm->iface.setting,
+              comm->iface.name, ip);
+  }
   comm->peers = calloc((size_t)nranks, sizeof *comm->peers);
   comm->conns = calloc((size_t)nranks * (size_t)comm->nsocks,
                        sizeof *comm->conns);
@@ -564,7 +651,7 @@ hoop_result_t hoop__comm_create(struct hoop_comm **out, int nranks, int rank,
     goto out_free;
   }
   comm->joining = true;
-  HOOP_CHECK_GOTO(hoop__bootstrap(comm, &uid, ifname), res, out_free);
+  HOOP_CHECK_GOTO(hoop__bootstrap(comm, &uid), res, out_free);
   learn_host(comm);
   /*
    * Connect every peer now (and the ring neighbours on every channel): a
@@ -587,6 +674,8 @@ hoop_result_t hoop__comm_create(struct hoop_comm **out, int nranks, int rank,
             "peer, slice %zu bytes, timeout %d ms)",
             rank, nranks, (unsigned long long)comm->comm_id, comm->nsocks,
             comm->slice_bytes, comm->timeout_ms);
+  if (rank == 0 && hoop__log_level() >= HOOP_LOG_INFO)
+    log_banner(comm);
   *out = comm;
   return HOOP_SUCCESS;
 out_free:
@@ -598,11 +687,11 @@ hoop_result_t hoop_get_unique_id(hoop_unique_id_t *id) {
   if (id == NULL)
     return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
                       "hoop_get_unique_id: id is NULL");
+  struct hoop_iface iface;
+  HOOP_CHECK(hoop__comm_iface(NULL, &iface));
   struct hoop_addr root = {.family = AF_INET, .ip = {127, 0, 0, 1}};
-  const char *ifname = getenv("HOOP_SOCKET_IFNAME");
-  if (ifname != NULL && *ifname != '\0')
-    HOOP_CHECK(hoop__addr_of_interface(ifname, &root));
-  root.port = 0;
+  if (iface.name[0] != '\0')
+    root = iface.addr;
   uint64_t comm_id = 0;
   while (comm_id == 0) {
     if (getrandom(&comm_id, sizeof comm_id, 0) != sizeof comm_id)

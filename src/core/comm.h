@@ -53,6 +53,7 @@ struct hoop_comm {
   struct hoop_peer_info *peers; /* [nranks] */
 
   int listen_fd;
+  struct hoop_iface iface; /* name "" when no setting chose one */
   struct hoop_pending_sock *pending;
   struct hoop_conn **conns; /* [nranks * nsocks], NULL until connected */
 
@@ -162,6 +163,15 @@ hoop_result_t hoop__comm_scratch(struct hoop_comm *comm, size_t bytes,
  */
 hoop_result_t hoop__comm_enter(struct hoop_comm *comm, const char *what);
 void hoop__comm_leave(struct hoop_comm *comm);
+
+/*
+ * The interface that config's socket_ifname, else HOOP_SOCKET_IFNAME,
+ * selects; iface->name is "" when neither names one.  A config that was
+ * not made with HOOP_CONFIG_INIT is ignored here (hoop__comm_create
+ * rejects it).
+ */
+hoop_result_t hoop__comm_iface(const hoop_config_t *config,
+                               struct hoop_iface *iface);
 
 /* Joins a communicator: bootstrap, then the ring neighbours' connections. */
 hoop_result_t hoop__comm_create(struct hoop_comm **out, int nranks, int rank,

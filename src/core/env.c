@@ -7,7 +7,8 @@
  * MASTER_PORT).  mpirun and srun give no address: then rank 0 publishes a
  * unique id in a file named after the job, which works when all ranks share
  * one host (the common `mpirun -np 4 prog` case); jobs across hosts set
- * HOOP_ROOT_ADDR or MASTER_ADDR.
+ * HOOP_ROOT_ADDR or MASTER_ADDR.  What can be checked alone (a batch script
+ * that forgot srun, a bad interface setting) fails before any rank waits.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -76,6 +77,31 @@ static hoop_result_t read_rank_size(struct launch_env *le) {
                     "environment (set HOOP_RANK and HOOP_WORLD_SIZE, or "
                     "start the program with hoop-run, torchrun, mpirun or "
                     "srun)");
+}
+
+static int env_set(const char *name) {
+  const char *text = getenv(name);
+  return text != NULL && *text != '\0';
+}
+
+/*
+ * sbatch runs the batch script as one process of the job, with the job's
+ * SLURM_NTASKS and SLURM_PROCID=0; the tasks themselves are started by
+ * srun, whose job steps carry SLURM_STEP_ID (SLURM_STEPID, its old name)
+ * and SLURM_STEP_NUM_TASKS.  Without them the other ranks will never come,
+ * which would otherwise cost the whole timeout to find out.
+ */
+static hoop_result_t check_slurm_step(const struct launch_env *le) {
+  if (strcmp(le->source, "Slurm") != 0 || le->nranks < 2 ||
+      env_set("SLURM_STEP_ID") || env_set("SLURM_STEPID") ||
+      env_set("SLURM_STEP_NUM_TASKS"))
+    return HOOP_SUCCESS;
+  return HOOP_ERROR(NULL, HOOP_ERR_INVALID_USAGE,
+                    "hoop_comm_init_env: SLURM_NTASKS=%d, but only one "
+                    "process of the job started; launch with srun (this "
+                    "process has SLURM_PROCID=%d but no SLURM_STEP_ID: it "
+                    "is the batch script itself, not a task of a job step)",
+                    le->nranks, le->rank);
 }
 
 static hoop_result_t read_root(struct launch_env *le) {
@@ -173,7 +199,15 @@ hoop_result_t hoop_comm_init_env(hoop_comm_t *comm,
   *comm = NULL;
   struct launch_env le = {0};
   HOOP_CHECK(read_rank_size(&le));
+  HOOP_CHECK(check_slurm_step(&le));
   HOOP_CHECK(read_root(&le));
+  /*
+   * Checked here too, so that a bad interface setting fails on every rank
+   * at once rather than only in rank 0's hoop_get_unique_id while the
+   * others wait for its id file.
+   */
+  struct hoop_iface iface;
+  HOOP_CHECK(hoop__comm_iface(config, &iface));
   int timeout_ms = config != NULL && config->timeout_ms > 0
                        ? config->timeout_ms
                        : (int)hoop__param_timeout_ms();

@@ -106,31 +106,128 @@ hoop_result_t hoop__addr_parse(const char *text, struct hoop_addr *addr) {
   return HOOP_SUCCESS;
 }
 
-hoop_result_t hoop__addr_of_interface(const char *ifname,
-                                      struct hoop_addr *addr) {
+int hoop__iface_match(const char *spec, const char *name, const char **why) {
+  const char *p = spec;
+  bool exclude = *p == '^';
+  p += exclude;
+  bool exact = *p == '=';
+  p += exact;
+  if (*p == '\0') {
+    if (why != NULL)
+      *why = "names no interface";
+    return -1;
+  }
+  bool listed = false;
+  size_t name_len = strlen(name);
+  for (;;) {
+    size_t len = strcspn(p, ",");
+    if (len == 0) {
+      if (why != NULL)
+        *why = "has an empty entry";
+      return -1;
+    }
+    if (strncmp(name, p, len) == 0 && (!exact || name_len == len))
+      listed = true;
+    if (p[len] == '\0')
+      return listed != exclude;
+    p += len + 1;
+  }
+}
+
+/* A link-local IPv6 address needs a scope id, which hoop_addr lacks. */
+static bool usable_addr(const struct sockaddr *sa) {
+  if (sa == NULL)
+    return false;
+  if (sa->sa_family == AF_INET)
+    return true;
+  return sa->sa_family == AF_INET6 &&
+         !IN6_IS_ADDR_LINKLOCAL(&((const struct sockaddr_in6 *)sa)->sin6_addr);
+}
+
+/*
+ * "lo 127.0.0.1, eth0 10.0.0.2, ib0 10.1.0.2 (down), ifb0 no address":
+ * each interface once, with its IPv4 (else IPv6) address, cut to fit
+ * `len`.
+ */
+static void list_interfaces(const struct ifaddrs *list, char *buf,
+                            size_t len) {
+  size_t used = 0;
+  buf[0] = '\0';
+  for (const struct ifaddrs *ifa = list; ifa != NULL; ifa = ifa->ifa_next) {
+    bool seen = false;
+    for (const struct ifaddrs *e = list; e != ifa && !seen; e = e->ifa_next)
+      seen = strcmp(e->ifa_name, ifa->ifa_name) == 0;
+    if (seen)
+      continue;
+    const struct sockaddr *best = NULL;
+    for (const struct ifaddrs *e = ifa; e != NULL; e = e->ifa_next) {
+      if (strcmp(e->ifa_name, ifa->ifa_name) != 0 || !usable_addr(e->ifa_addr))
+        continue;
+      if (best == NULL || (e->ifa_addr->sa_family == AF_INET &&
+                           best->sa_family != AF_INET))
+        best = e->ifa_addr;
+    }
+    char what[INET6_ADDRSTRLEN + 16] = "no address";
+    if (best != NULL) {
+      struct hoop_addr a;
+      hoop__addr_from_sockaddr(best, &a);
+      inet_ntop(a.family, a.ip, what, sizeof what);
+    }
+    if (!(ifa->ifa_flags & IFF_UP))
+      snprintf(what + strlen(what), sizeof what - strlen(what), " (down)");
+    int n = snprintf(buf + used, len - used, "%s%s %s", used ? ", " : "",
+                     ifa->ifa_name, what);
+    if (n < 0 || (size_t)n >= len - used) {
+      /* Ends the list with ", ..." where the next entry did not fit. */
+      if (used + 6 <= len)
+        snprintf(buf + used, len - used, ", ...");
+      return;
+    }
+    used += (size_t)n;
+  }
+}
+
+hoop_result_t hoop__iface_choose(const char *setting, const char *spec,
+                                 struct hoop_iface *iface) {
+  const char *why;
+  if (hoop__iface_match(spec, "", &why) < 0)
+    return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
+                      "%s=%s %s (the forms: eth selects names starting "
+                      "with eth, =eth0 that name only, eth0,ib either "
+                      "prefix, ^docker,lo all but those, ^=docker0 all but "
+                      "that name)",
+                      setting, spec, why);
   struct ifaddrs *list;
   if (getifaddrs(&list) != 0)
-    return HOOP_ERROR(NULL, HOOP_ERR_SYSTEM, "getifaddrs failed: %s",
-                      strerror(errno));
+    return HOOP_ERROR(NULL, HOOP_ERR_SYSTEM, "%s=%s: getifaddrs failed: %s",
+                      setting, spec, strerror(errno));
   const struct ifaddrs *found = NULL;
   for (const struct ifaddrs *ifa = list; ifa != NULL; ifa = ifa->ifa_next) {
-    if (ifa->ifa_addr == NULL || strcmp(ifa->ifa_name, ifname) != 0)
+    if (!usable_addr(ifa->ifa_addr) || !(ifa->ifa_flags & IFF_UP) ||
+        hoop__iface_match(spec, ifa->ifa_name, NULL) != 1)
       continue;
     if (ifa->ifa_addr->sa_family == AF_INET) {
       found = ifa;
       break;
     }
-    if (ifa->ifa_addr->sa_family == AF_INET6 && found == NULL)
+    if (found == NULL)
       found = ifa;
   }
-  if (found != NULL)
-    hoop__addr_from_sockaddr(found->ifa_addr, addr);
-  freeifaddrs(list);
-  if (found == NULL)
+  if (found == NULL) {
+    char here[300];
+    list_interfaces(list, here, sizeof here);
+    freeifaddrs(list);
     return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
-                      "HOOP_SOCKET_IFNAME=%s: no interface of that name "
-                      "with an IP address",
-                      ifname);
+                      "%s=%s: no interface matches (of those up with an "
+                      "address); interfaces here: %s",
+                      setting, spec, here[0] ? here : "none");
+  }
+  memset(iface, 0, sizeof *iface);
+  snprintf(iface->name, sizeof iface->name, "%s", found->ifa_name);
+  hoop__addr_from_sockaddr(found->ifa_addr, &iface->addr);
+  iface->addr.port = 0;
+  iface->setting = setting;
+  freeifaddrs(list);
   return HOOP_SUCCESS;
 }
 

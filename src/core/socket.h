@@ -8,6 +8,7 @@
 #ifndef HOOP_SOCKET_H
 #define HOOP_SOCKET_H
 
+#include <net/if.h>
 #include <netinet/in.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -35,9 +36,33 @@ void hoop__addr_from_sockaddr(const struct sockaddr *sa, struct hoop_addr *addr)
 /* Parses "host:port" or "[v6]:port"; the host may be a name. */
 hoop_result_t hoop__addr_parse(const char *text, struct hoop_addr *addr);
 
-/* The first IPv4 (else IPv6) address of interface `ifname`. */
-hoop_result_t hoop__addr_of_interface(const char *ifname,
-                                      struct hoop_addr *addr);
+/*
+ * Whether interface `name` is one that `spec` selects.  `spec` takes
+ * NCCL_SOCKET_IFNAME's forms: a comma-separated list of name prefixes
+ * ("eth", "eth0,ib"); "=" before the list makes every entry a whole name
+ * ("=eth0,eth1"); "^" before it (and before any "=") selects every
+ * interface the list does not ("^docker,lo", "^=docker0").  Returns 1 or
+ * 0, or -1 when `spec` is not such a list (it is empty or has an empty
+ * entry), with the reason in *why when why is not NULL.
+ */
+int hoop__iface_match(const char *spec, const char *name, const char **why);
+
+/* An interface chosen by a HOOP_SOCKET_IFNAME-style setting. */
+struct hoop_iface {
+  char name[IF_NAMESIZE];
+  struct hoop_addr addr;  /* port 0 */
+  const char *setting;    /* what chose it, for messages */
+};
+
+/*
+ * Chooses the first interface, in the kernel's order, that `spec` selects
+ * (hoop__iface_match) and that is up with an IPv4 address; else the first
+ * such with an IPv6 address that is not link-local.  `setting` names where
+ * `spec` came from ("HOOP_SOCKET_IFNAME") in the messages; when nothing
+ * fits, the message lists this host's interfaces and their addresses.
+ */
+hoop_result_t hoop__iface_choose(const char *setting, const char *spec,
+                                 struct hoop_iface *iface);
 
 /* Binds and listens on addr (port 0 picks one); *bound gets the result. */
 hoop_result_t hoop__sock_listen(const struct hoop_addr *addr, int *fd,
