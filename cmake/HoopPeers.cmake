@@ -17,7 +17,7 @@ else()
     set(probe_dir ${CMAKE_BINARY_DIR}/CMakeFiles/hoop-mpi-probe)
     file(WRITE ${probe_dir}/probe.c
          "#include <mpi.h>\nint main(void) { return MPI_Init(0, 0); }\n")
-    execute_process(COMMAND ${HOOP_MPICC} probe.c -o probe
+    execute_process(COMMAND ${HOOP_MPICC} probe.c -o probe TIMEOUT 60
                     WORKING_DIRECTORY ${probe_dir}
                     RESULT_VARIABLE probe_status
                     OUTPUT_QUIET ERROR_VARIABLE probe_error)
