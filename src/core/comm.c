@@ -683,15 +683,11 @@ out_free:
   return res;
 }
 
-hoop_result_t hoop_get_unique_id(hoop_unique_id_t *id) {
-  if (id == NULL)
-    return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
-                      "hoop_get_unique_id: id is NULL");
-  struct hoop_iface iface;
-  HOOP_CHECK(hoop__comm_iface(NULL, &iface));
+hoop_result_t hoop__unique_id(const struct hoop_iface *iface,
+                              hoop_unique_id_t *id) {
   struct hoop_addr root = {.family = AF_INET, .ip = {127, 0, 0, 1}};
-  if (iface.name[0] != '\0')
-    root = iface.addr;
+  if (iface->name[0] != '\0')
+    root = iface->addr;
   uint64_t comm_id = 0;
   while (comm_id == 0) {
     if (getrandom(&comm_id, sizeof comm_id, 0) != sizeof comm_id)
@@ -702,6 +698,15 @@ hoop_result_t hoop_get_unique_id(hoop_unique_id_t *id) {
   memset(id, 0, sizeof *id);
   memcpy(id->internal, &uid, sizeof uid);
   return HOOP_SUCCESS;
+}
+
+hoop_result_t hoop_get_unique_id(hoop_unique_id_t *id) {
+  if (id == NULL)
+    return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
+                      "hoop_get_unique_id: id is NULL");
+  struct hoop_iface iface;
+  HOOP_CHECK(hoop__comm_iface(NULL, &iface));
+  return hoop__unique_id(&iface, id);
 }
 
 hoop_result_t hoop_comm_init_rank(hoop_comm_t *comm, int nranks,

@@ -173,6 +173,15 @@ void hoop__comm_leave(struct hoop_comm *comm);
 hoop_result_t hoop__comm_iface(const hoop_config_t *config,
                                struct hoop_iface *iface);
 
+/*
+ * A new unique id whose root is `iface`'s address (loopback when it names
+ * none), with rank 0's listener already open there.  hoop_get_unique_id
+ * passes the environment's interface; hoop_comm_init_env passes the one
+ * its config chose, so that rank 0 listens where the config says.
+ */
+hoop_result_t hoop__unique_id(const struct hoop_iface *iface,
+                              hoop_unique_id_t *id);
+
 /* Joins a communicator: bootstrap, then the ring neighbours' connections. */
 hoop_result_t hoop__comm_create(struct hoop_comm **out, int nranks, int rank,
                                 const hoop_unique_id_t *id,

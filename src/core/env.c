@@ -202,9 +202,10 @@ hoop_result_t hoop_comm_init_env(hoop_comm_t *comm,
   HOOP_CHECK(check_slurm_step(&le));
   HOOP_CHECK(read_root(&le));
   /*
-   * Checked here too, so that a bad interface setting fails on every rank
-   * at once rather than only in rank 0's hoop_get_unique_id while the
-   * others wait for its id file.
+   * Chosen here, so that a bad interface setting fails on every rank at
+   * once rather than only in rank 0 while the others wait for its id file,
+   * and so that rank 0's id carries the config's choice, not only the
+   * environment's.
    */
   struct hoop_iface iface;
   HOOP_CHECK(hoop__comm_iface(config, &iface));
@@ -222,7 +223,7 @@ hoop_result_t hoop_comm_init_env(hoop_comm_t *comm,
   } else {
     id_file_path(&le, path, sizeof path);
     if (le.rank == 0) {
-      HOOP_CHECK(hoop_get_unique_id(&id));
+      HOOP_CHECK(hoop__unique_id(&iface, &id));
       HOOP_CHECK(publish_id(path, &id));
     } else {
       HOOP_CHECK(wait_for_id(path, timeout_ms, &id));
