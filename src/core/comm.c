@@ -21,6 +21,7 @@
 #include "core/error.h"
 #include "core/param.h"
 #include "core/types.h"
+#include "hoop_build_config.h"
 #include "transport/transport.h"
 
 /* ---- registry of live communicators ---------------------------------- */
@@ -589,6 +590,19 @@ static void describe_transports(const struct hoop_comm *comm, int same_host,
 }
 
 /*
+ * Where device buffers will go, as far as it is known before the first
+ * device call settles it.
+ */
+static const char *device_path_expected(const struct hoop_comm *comm) {
+  if (!HOOP_HAVE_CUDA)
+    return "none (built without CUDA)";
+  return hoop__comm_peers_mappable(comm)
+             ? "cuda_ipc, or staged if a rank cannot map its peers' GPU "
+               "memory (settled at the first device call)"
+             : "staged through host memory";
+}
+
+/*
  * Rank 0's INFO banner, the one line a bug report needs first: hoop's
  * version, the transports to peers on rank 0's host and on other hosts,
  * where device buffers will go, the algorithm setting and where rank 0
@@ -614,7 +628,7 @@ static void log_banner(const struct hoop_comm *comm) {
             away,
             forced != NULL ? " (HOOP_TRANSPORT=" : "",
             forced != NULL ? forced : "", forced != NULL ? ")" : "",
-            hoop__device_path_expected(comm), hoop_algo_name(comm->algo),
+            device_path_expected(comm), hoop_algo_name(comm->algo),
             algo_env != NULL && *algo_env != '\0' ? "HOOP_ALGO" : "default",
             where);
 }

@@ -174,6 +174,13 @@ hoop_result_t hoop__comm_iface(const hoop_config_t *config,
                                struct hoop_iface *iface);
 
 /*
+ * Whether the ranks may map each other's memory (CUDA IPC): all of them on
+ * one host, emulated hosts counting as apart, and no transport forced by
+ * HOOP_TRANSPORT.  Valid once the communicator is joined.
+ */
+int hoop__comm_peers_mappable(const struct hoop_comm *comm);
+
+/*
  * A new unique id whose root is `iface`'s address (loopback when it names
  * none), with rank 0's listener already open there.  hoop_get_unique_id
  * passes the environment's interface; hoop_comm_init_env passes the one
