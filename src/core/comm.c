@@ -453,6 +453,7 @@ static hoop_result_t apply_config(struct hoop_comm *comm,
                         1e6);
   comm->host_beta_s =
       1.0 / ((double)mbps_at_least_1(hoop__param_host_mbps()) * 1e6);
+  comm->algo_source = "default";
   const char *algo = getenv("HOOP_ALGO");
   if (algo != NULL && *algo != '\0') {
     int a = hoop__parse_algo(algo);
@@ -460,6 +461,7 @@ static hoop_result_t apply_config(struct hoop_comm *comm,
       return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
                         "HOOP_ALGO=%s is not auto, ring, tree or ps", algo);
     comm->algo = (hoop_algo_t)a;
+    comm->algo_source = "HOOP_ALGO";
   }
   if (cfg != NULL) {
     if (!config_valid(cfg))
@@ -613,7 +615,6 @@ static void log_banner(const struct hoop_comm *comm) {
   describe_transports(comm, 1, here, sizeof here);
   describe_transports(comm, 0, away, sizeof away);
   const char *forced = hoop__transport_forced();
-  const char *algo_env = getenv("HOOP_ALGO");
   hoop__addr_str(&comm->peers[comm->rank].addr, astr);
   if (comm->iface.name[0] != '\0')
     snprintf(where, sizeof where, "%s %s (%s)", comm->iface.name, astr,
@@ -629,8 +630,7 @@ static void log_banner(const struct hoop_comm *comm) {
             forced != NULL ? " (HOOP_TRANSPORT=" : "",
             forced != NULL ? forced : "", forced != NULL ? ")" : "",
             device_path_expected(comm), hoop_algo_name(comm->algo),
-            algo_env != NULL && *algo_env != '\0' ? "HOOP_ALGO" : "default",
-            where);
+            comm->algo_source, where);
 }
 
 hoop_result_t hoop__comm_create(struct hoop_comm **out, int nranks, int rank,

@@ -65,6 +65,8 @@ struct hoop_comm {
   long long spin_ns;     /* busy-poll this long before yielding */
   long long yield_ns;    /* then yield the core this long before sleeping */
   hoop_algo_t algo;      /* HOOP_ALGO or hoop_comm_set_algo; AUTO asks */
+  /* Where algo came from: "default", "HOOP_ALGO" or "hoop_comm_set_algo". */
+  const char *algo_source;
   double alpha_s;        /* cost model: seconds per message */
   double beta_s;         /* cost model: seconds per byte on a link */
   double host_beta_s;    /* cost model: seconds per byte copied on a host */

@@ -79,11 +79,6 @@ static hoop_result_t read_rank_size(struct launch_env *le) {
                     "srun)");
 }
 
-static int env_set(const char *name) {
-  const char *text = getenv(name);
-  return text != NULL && *text != '\0';
-}
-
 /*
  * sbatch runs the batch script as one process of the job, with the job's
  * SLURM_NTASKS and SLURM_PROCID=0; the tasks themselves are started by
@@ -93,8 +88,9 @@ static int env_set(const char *name) {
  */
 static hoop_result_t check_slurm_step(const struct launch_env *le) {
   if (strcmp(le->source, "Slurm") != 0 || le->nranks < 2 ||
-      env_set("SLURM_STEP_ID") || env_set("SLURM_STEPID") ||
-      env_set("SLURM_STEP_NUM_TASKS"))
+      *env_text("SLURM_STEP_ID") != '\0' ||
+      *env_text("SLURM_STEPID") != '\0' ||
+      *env_text("SLURM_STEP_NUM_TASKS") != '\0')
     return HOOP_SUCCESS;
   return HOOP_ERROR(NULL, HOOP_ERR_INVALID_USAGE,
                     "hoop_comm_init_env: SLURM_NTASKS=%d, but only one "
