@@ -55,7 +55,8 @@ struct options {
   hoop_dtype_t dtype;
   hoop_op_t op;
   hoop_algo_t algo;        /* -a, else the library's setting */
-  const char *algo_source; /* "-a", "HOOP_ALGO" or "default" */
+  /* "-a", "HOOP_ALGO", "default", or why HOOP_ALGO does not apply */
+  char algo_source[64];
   const char *json_path;
   int corrupt; /* HOOP_BENCH_CORRUPT */
   enum bench_memory memory; /* -m */
@@ -274,7 +275,7 @@ static struct options parse_options(int argc, char **argv) {
       break;
     case 'a':
       o.algo = parse_enum(optarg, algo_name, HOOP_ALGO_P2P, "algorithm");
-      o.algo_source = "-a";
+      snprintf(o.algo_source, sizeof o.algo_source, "-a");
       break;
     case 'm': {
       const char *why = "";
@@ -654,6 +655,32 @@ static long long bench_size(struct ctx *c, size_t elems) {
   return (p[0].wrong > 0 ? p[0].wrong : 0) + (p[1].wrong > 0 ? p[1].wrong : 0);
 }
 
+/*
+ * Without -a the library's own setting stands: HOOP_ALGO, else auto.  The
+ * header and JSON name it and where it came from; each row names what
+ * every call ran.  The public API does not say where a communicator's
+ * setting came from, so this is the one place the bench reads HOOP_ALGO.
+ * A setting the collective cannot use (ps for a broadcast) leaves its calls
+ * to auto's choice, and is reported as auto with the reason.
+ */
+static hoop_result_t library_algo(hoop_comm_t comm, struct options *o) {
+  hoop_result_t res = hoop_comm_get_algo(comm, &o->algo);
+  if (res != HOOP_SUCCESS)
+    return res;
+  const char *env = getenv("HOOP_ALGO");
+  if (env == NULL || *env == '\0') {
+    snprintf(o->algo_source, sizeof o->algo_source, "default");
+  } else if (!(o->coll->algos & BENCH_ALGO(o->algo))) {
+    snprintf(o->algo_source, sizeof o->algo_source,
+             "HOOP_ALGO=%s not used by %s", hoop_algo_name(o->algo),
+             o->coll->name);
+    o->algo = HOOP_ALGO_AUTO;
+  } else {
+    snprintf(o->algo_source, sizeof o->algo_source, "HOOP_ALGO");
+  }
+  return HOOP_SUCCESS;
+}
+
 int main(int argc, char **argv) {
   struct ctx c = {0};
   c.opt = parse_options(argc, argv);
@@ -668,18 +695,10 @@ int main(int argc, char **argv) {
     hoop_comm_destroy(c.comm);
     return 2;
   }
-  /*
-   * Without -a the library's own setting stands: HOOP_ALGO, else auto.
-   * The header and JSON name it; each row names what every call ran.
-   */
-  if (c.opt.algo_source != NULL) {
+  if (c.opt.algo_source[0] != '\0')
     CHECK(&c, hoop_comm_set_algo(c.comm, c.opt.algo));
-  } else {
-    const char *env = getenv("HOOP_ALGO");
-    c.opt.algo_source =
-        env != NULL && *env != '\0' ? "HOOP_ALGO" : "default";
-    CHECK(&c, hoop_comm_get_algo(c.comm, &c.opt.algo));
-  }
+  else
+    CHECK(&c, library_algo(c.comm, &c.opt));
   c.ref = (struct bench_ref){.rank = c.rank, .nranks = c.nranks,
                              .root = c.opt.root, .dtype = c.opt.dtype,
                              .op = c.opt.op, .reduces = c.opt.coll->reduces};

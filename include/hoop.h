@@ -308,10 +308,19 @@ HOOP_API hoop_result_t hoop_alltoall(hoop_comm_t comm, const void *sendbuf,
                                      hoop_stream_t stream);
 
 /*
- * Chooses the all-reduce, broadcast and reduce algorithm of this comm;
- * get reads the setting (HOOP_ALGO's, until set changes it).
+ * Chooses the all-reduce, broadcast and reduce algorithm of this comm:
+ * AUTO, RING, TREE or PS (HOOP_ERR_INVALID_ARGUMENT for others).
  */
 HOOP_API hoop_result_t hoop_comm_set_algo(hoop_comm_t comm, hoop_algo_t algo);
+/*
+ * Stores in *algo the comm's setting: HOOP_ALGO's when the comm was made
+ * (AUTO without it), until hoop_comm_set_algo changes it.  AUTO stays
+ * AUTO; what it picks for a call depends on the call's size (see
+ * hoop_comm_predict, and hoop_comm_get_stats for what ran).  A NULL algo
+ * or comm gives HOOP_ERR_INVALID_ARGUMENT; a comm that is destroyed,
+ * aborted or in use by another thread, HOOP_ERR_INVALID_USAGE; a broken
+ * one, the error that broke it.
+ */
 HOOP_API hoop_result_t hoop_comm_get_algo(hoop_comm_t comm,
                                           hoop_algo_t *algo);
 HOOP_API const char *hoop_algo_name(hoop_algo_t algo);

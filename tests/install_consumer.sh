@@ -38,6 +38,13 @@ run=$(find "$prefix" -name hoop-run -type f -print -quit)
 [ -n "$run" ] || fail "no hoop-run under $prefix"
 bindir=$(dirname "$run")
 
+# Two ranks under the installed hoop-run.  ctest's TIMEOUT kills only this
+# script, which would leave hoop-run and its ranks behind; hoop-run's own
+# limit stops them all.
+run2() {
+  "$run" --timeout 30 -n 2 "$@"
+}
+
 # libhoop.so exports exactly the functions hoop.h declares with HOOP_API.
 exported=$(nm -D --defined-only "$lib" | awk '{print $3}' | sort)
 declared=$(sed -n 's/^HOOP_API [^(]*[ *]\(hoop_[a-z0-9_]*\)(.*/\1/p' "$header" |
@@ -64,7 +71,7 @@ done
 # must report a correct all-reduce from this version.
 run_consumer() {
   local name=$1 exe=$2 out
-  out=$("$run" -n 2 "$exe" 2>&1) ||
+  out=$(run2 "$exe" 2>&1) ||
     { echo "$out" >&2; fail "$name: hoop-run -n 2 $exe failed"; }
   for r in 0 1; do
     grep -qxF "[$r] consumer: rank $r of 2, hoop $version: all-reduce correct" \
@@ -139,7 +146,7 @@ check_linkage pc-static "$tmp/pc-static" static
 run_consumer pc-static "$tmp/pc-static"
 
 # The installed programs: hoop-info's model rows, hoop-bench's checked rows.
-out=$("$run" -n 2 "$bindir/hoop-info" 2>&1) ||
+out=$(run2 "$bindir/hoop-info" 2>&1) ||
   { echo "$out" >&2; fail "hoop-run -n 2 hoop-info failed"; }
 if ! grep -qF "[0] # hoop $version, 2 ranks" <<<"$out" ||
   ! grep -qE '^\[0\] +[0-9]+( +[0-9.]+){3} +(ring|tree|ps) *$' <<<"$out"; then
@@ -147,7 +154,7 @@ if ! grep -qF "[0] # hoop $version, 2 ranks" <<<"$out" ||
   fail "hoop-info printed no header or no predicted times"
 fi
 
-out=$("$run" -n 2 "$bindir/hoop-bench" -b 1K -e 64K -f 8 -n 3 -w 1 -c 1 2>&1) ||
+out=$(run2 "$bindir/hoop-bench" -b 1K -e 64K -f 8 -n 3 -w 1 -c 1 2>&1) ||
   { echo "$out" >&2; fail "hoop-run -n 2 hoop-bench failed"; }
 # Rank 0's rows: [0], size, count, type, op, root, then time, algbw, busbw
 # and #wrong out of place and in place.

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -299,7 +300,9 @@ TEST(Bench, StaggeredCallsTimeTheLateRankFromItsArrival) {
 // Without -a the library's own setting stands: HOOP_ALGO=ps runs every
 // all-reduce on the parameter server and HOOP_ALGO=tree on the trees (at
 // least one of them is not what auto would pick), and the header says
-// where the setting came from; -a still overrides the environment.
+// where the setting came from; -a still overrides the environment.  A
+// collective that cannot use the setting reports auto, saying why, in the
+// header and in the JSON.
 TEST(Bench, HoopAlgoChoosesUnlessDashAIsGiven) {
   struct Case {
     const char *env, *flag, *ran, *header;
@@ -328,6 +331,29 @@ TEST(Bench, HoopAlgoChoosesUnlessDashAIsGiven) {
       EXPECT_EQ(f[8], "0") << out.text;
       EXPECT_EQ(f[12], "0") << out.text;
     }
+  }
+  for (const char *coll : {"broadcast", "allgather", "alltoall"}) {
+    char json[] = "/tmp/hoop-bench-test-XXXXXX";
+    int fd = mkstemp(json);
+    ASSERT_GE(fd, 0);
+    close(fd);
+    Output out = run_shell(std::string("env -u HOOP_TRANSPORT HOOP_ALGO=ps ") +
+                           HOOP_RUN_PATH + " --no-prefix -n 3 " +
+                           HOOP_BENCH_PATH + " -C " + coll +
+                           " -b 1K -e 1K -n 1 -w 0 -J " + json);
+    std::ifstream in(json);
+    std::stringstream lines;
+    lines << in.rdbuf();
+    unlink(json);
+    ASSERT_EQ(out.status, 0) << coll << ": " << out.text;
+    const std::string why = std::string("HOOP_ALGO=ps not used by ") + coll;
+    EXPECT_NE(out.text.find(", algorithm auto (" + why + "), "),
+              std::string::npos)
+        << out.text;
+    EXPECT_NE(lines.str().find("\"algo_requested\":\"auto\","
+                               "\"algo_source\":\"" + why + "\""),
+              std::string::npos)
+        << lines.str();
   }
   // Nothing set: the library's default, which the header names as such.
   Output out = run_shell(std::string("env -u HOOP_ALGO ") + HOOP_RUN_PATH +

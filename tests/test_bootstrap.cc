@@ -14,7 +14,9 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -22,6 +24,7 @@
 #include "hoop_build_config.h"
 
 extern "C" {
+#include "core/log.h"
 #include "core/socket.h"
 }
 
@@ -402,6 +405,13 @@ size_t count_of(const std::string &text, const std::string &what) {
   return n;
 }
 
+std::string read_file(const std::string &path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
 // Each form that selects loopback here carries a whole job, every rank
 // saying (at INFO) that the setting chose lo.
 TEST(SocketIfname, JobsRunOverTheInterfaceItSelects) {
@@ -491,6 +501,64 @@ TEST(SocketIfname, BadSettingStopsRanksWaitingForTheIdFile) {
                     .count();
   EXPECT_TRUE(r.all_ok()) << describe(r);
   EXPECT_LT(secs, 5.0);
+}
+
+// Under mpirun or srun, a config's socket_ifname must decide rank 0's id
+// as well as every rank's listener: an environment setting that selects
+// nothing once stopped rank 0 in making its id while rank 1 waited the
+// whole timeout for the id file.  Each rank's INFO log must show the
+// config's choice.
+TEST(SocketIfname, ConfigFieldOverridesTheVariableUnderInitEnv) {
+  int port = free_port();
+  RunOptions opt;
+  opt.init = false;
+  hoop_config_t cfg = HOOP_CONFIG_INIT;
+  cfg.timeout_ms = 20000;
+  cfg.socket_ifname = "lo";
+  auto start = std::chrono::steady_clock::now();
+  RunResult r = run_ranks(
+      2,
+      [port, &cfg](RankLog &log, hoop_comm_t, int rank, int n) {
+        clear_launcher_env();
+        setenv("OMPI_COMM_WORLD_RANK", std::to_string(rank).c_str(), 1);
+        setenv("OMPI_COMM_WORLD_SIZE", std::to_string(n).c_str(), 1);
+        setenv("PMIX_NAMESPACE", ("hoopcf" + std::to_string(port)).c_str(),
+               1);
+        setenv("HOOP_SOCKET_IFNAME", "hoop-none", 1);
+        setenv("HOOP_DEBUG", "INFO", 1);
+        hoop__log_level_init();
+        // The log goes to stderr; a file catches it, and stderr comes back
+        // before anything is reported.
+        std::string path = "/tmp/hoop-ifname-" + std::to_string(getpid());
+        fflush(stderr);
+        int saved = dup(2);
+        int fd = open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY, 0600);
+        dup2(fd, 2);
+        close(fd);
+        hoop_comm_t comm = nullptr;
+        hoop_result_t res = hoop_comm_init_env(&comm, &cfg);
+        fflush(stderr);
+        dup2(saved, 2);
+        close(saved);
+        std::string text = read_file(path);
+        unlink(path.c_str());
+        RANK_EXPECT(log, res == HOOP_SUCCESS, "got %s: %s",
+                    hoop_result_name(res), hoop_last_error());
+        if (res != HOOP_SUCCESS)
+          return;
+        RANK_EXPECT(log,
+                    text.find("hoop_config_t.socket_ifname chose lo "
+                              "127.0.0.1") != std::string::npos,
+                    "log: %s", text.c_str());
+        expect_working(log, comm, rank, n);
+        hoop_comm_destroy(comm);
+      },
+      opt);
+  double secs = std::chrono::duration<double>(
+                    std::chrono::steady_clock::now() - start)
+                    .count();
+  EXPECT_TRUE(r.all_ok()) << describe(r);
+  EXPECT_LT(secs, 15.0);
 }
 
 // hoop_config_t's socket_ifname takes the same forms and overrides the

@@ -106,6 +106,12 @@ TEST(Programs, HoopBenchRunsUnchangedUnderMpirun) {
 const char kTorchrunFlags[] =
     " --standalone --no_python --redirects 2 --tee 2 --nproc_per_node ";
 
+// Bounds each torchrun run: a worker that never joins would leave torchrun
+// waiting for good.  The three torchrun tests took 32 s together on a
+// loaded 2-core machine; a test makes at most two runs one after the
+// other, which leaves room within its ctest TIMEOUT of 300 s.
+const char kRunTimeout[] = "timeout -k 5 60 ";
+
 // Empty when torchrun can run here, else why not.
 std::string torchrun_missing() {
   if (run_shell("/usr/bin/python3 -c 'import torch.distributed.run'")
@@ -115,10 +121,9 @@ std::string torchrun_missing() {
   return "";
 }
 
-// Bounded: a worker that never joins would leave torchrun waiting for good.
 Output run_torchrun(const std::string &launcher, int nranks,
                     const std::string &program) {
-  return run_shell("timeout -k 5 100 " + launcher + kTorchrunFlags +
+  return run_shell(kRunTimeout + launcher + kTorchrunFlags +
                    std::to_string(nranks) + " " + program);
 }
 
@@ -173,8 +178,9 @@ TEST(Programs, ReadmeExampleRunsUnderTwoTorchrunAgents) {
   int port = free_port_pair();
   ASSERT_NE(port, 0) << "no two free ports in a row on loopback";
   auto node = [&](int rank) {
-    return "timeout -k 5 100 /usr/bin/python3 -m torch.distributed.run "
-           "--nnodes 2 --node_rank " + std::to_string(rank) +
+    return std::string(kRunTimeout) +
+           "/usr/bin/python3 -m torch.distributed.run --nnodes 2 "
+           "--node_rank " + std::to_string(rank) +
            " --master_addr 127.0.0.1 --master_port " + std::to_string(port) +
            " --no_python --redirects 2 --tee 2 --nproc_per_node 2 " +
            HOOP_EXAMPLE_PATH;

@@ -57,12 +57,6 @@ hoop_result_t hoop__device_async_error(struct hoop_comm *comm);
 /* "cuda_ipc", "staged" or "none" (hoop_comm_device_path). */
 const char *hoop__device_path(const struct hoop_comm *comm);
 
-/*
- * How device buffers will move, as far as it is known before the first
- * device call settles it (for the INFO banner); a static string.
- */
-const char *hoop__device_path_expected(const struct hoop_comm *comm);
-
 /* Stops the proxy thread (after the queue drains) and frees staging. */
 void hoop__device_free(struct hoop_comm *comm);
 

@@ -48,24 +48,6 @@ struct hoop_ipc_path {
 
 /* ---- Set-up -------------------------------------------------------------- */
 
-/* One host, and no transport forced: the ranks may reach each other's GPU. */
-static int ipc_possible(const struct hoop_comm *comm) {
-  if (hoop__transport_forced() != NULL)
-    return 0;
-  for (int q = 0; q < comm->nranks; q++) {
-    if (comm->peers[q].host_hash != comm->peers[0].host_hash)
-      return 0;
-  }
-  return 1;
-}
-
-const char *hoop__device_path_expected(const struct hoop_comm *comm) {
-  return ipc_possible(comm) ? "cuda_ipc, or staged if a rank cannot map its "
-                              "peers' GPU memory (settled at the first "
-                              "device call)"
-                            : "staged through host memory";
-}
-
 static uint64_t pid_namespace(void) {
   struct stat st;
   return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
@@ -130,7 +112,7 @@ static hoop_result_t settings_agree(struct hoop_comm *comm,
 hoop_result_t hoop__ipc_path_open(struct hoop_comm *comm, int device,
                                   struct hoop_ipc_path **path) {
   *path = NULL;
-  if (!ipc_possible(comm))
+  if (!hoop__comm_peers_mappable(comm))
     return HOOP_SUCCESS;
   int64_t chunk = hoop__param_cuda_ipc_chunk_bytes();
   int64_t oneshot = hoop__param_cuda_ipc_oneshot_bytes();

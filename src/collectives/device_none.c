@@ -38,10 +38,6 @@ const char *hoop__device_path(const struct hoop_comm *comm) {
   return "none";
 }
 
-const char *hoop__device_path_expected(const struct hoop_comm *comm) {
-  return "none (built without CUDA)";
-}
-
 void hoop__device_free(struct hoop_comm *comm) {}
 
 hoop_result_t hoop__device_stage(struct hoop_comm *comm, const char *what,

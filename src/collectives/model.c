@@ -162,12 +162,14 @@ hoop_algo_t hoop__choose_algo(const struct hoop_comm *comm, hoop_coll_t coll,
 hoop_result_t hoop_comm_set_algo(hoop_comm_t comm, hoop_algo_t algo) {
   HOOP_CHECK(hoop__comm_enter(comm, "hoop_comm_set_algo"));
   hoop_result_t res = HOOP_SUCCESS;
-  if ((unsigned)algo > HOOP_ALGO_PS)
+  if ((unsigned)algo > HOOP_ALGO_PS) {
     res = HOOP_ERROR(comm, HOOP_ERR_INVALID_ARGUMENT,
                      "hoop_comm_set_algo: %d is not auto, ring, tree or ps",
                      (int)algo);
-  else
+  } else {
     comm->algo = algo;
+    comm->algo_source = "hoop_comm_set_algo";
+  }
   hoop__comm_leave(comm);
   return res;
 }

@@ -21,6 +21,7 @@
 #include "core/error.h"
 #include "core/param.h"
 #include "core/types.h"
+#include "hoop_build_config.h"
 #include "transport/transport.h"
 
 /* ---- registry of live communicators ---------------------------------- */
@@ -452,6 +453,7 @@ static hoop_result_t apply_config(struct hoop_comm *comm,
                         1e6);
   comm->host_beta_s =
       1.0 / ((double)mbps_at_least_1(hoop__param_host_mbps()) * 1e6);
+  comm->algo_source = "default";
   const char *algo = getenv("HOOP_ALGO");
   if (algo != NULL && *algo != '\0') {
     int a = hoop__parse_algo(algo);
@@ -459,6 +461,7 @@ static hoop_result_t apply_config(struct hoop_comm *comm,
       return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
                         "HOOP_ALGO=%s is not auto, ring, tree or ps", algo);
     comm->algo = (hoop_algo_t)a;
+    comm->algo_source = "HOOP_ALGO";
   }
   if (cfg != NULL) {
     if (!config_valid(cfg))
@@ -589,6 +592,19 @@ static void describe_transports(const struct hoop_comm *comm, int same_host,
 }
 
 /*
+ * Where device buffers will go, as far as it is known before the first
+ * device call settles it.
+ */
+static const char *device_path_expected(const struct hoop_comm *comm) {
+  if (!HOOP_HAVE_CUDA)
+    return "none (built without CUDA)";
+  return hoop__comm_peers_mappable(comm)
+             ? "cuda_ipc, or staged if a rank cannot map its peers' GPU "
+               "memory (settled at the first device call)"
+             : "staged through host memory";
+}
+
+/*
  * Rank 0's INFO banner, the one line a bug report needs first: hoop's
  * version, the transports to peers on rank 0's host and on other hosts,
  * where device buffers will go, the algorithm setting and where rank 0
@@ -599,7 +615,6 @@ static void log_banner(const struct hoop_comm *comm) {
   describe_transports(comm, 1, here, sizeof here);
   describe_transports(comm, 0, away, sizeof away);
   const char *forced = hoop__transport_forced();
-  const char *algo_env = getenv("HOOP_ALGO");
   hoop__addr_str(&comm->peers[comm->rank].addr, astr);
   if (comm->iface.name[0] != '\0')
     snprintf(where, sizeof where, "%s %s (%s)", comm->iface.name, astr,
@@ -614,9 +629,8 @@ static void log_banner(const struct hoop_comm *comm) {
             away,
             forced != NULL ? " (HOOP_TRANSPORT=" : "",
             forced != NULL ? forced : "", forced != NULL ? ")" : "",
-            hoop__device_path_expected(comm), hoop_algo_name(comm->algo),
-            algo_env != NULL && *algo_env != '\0' ? "HOOP_ALGO" : "default",
-            where);
+            device_path_expected(comm), hoop_algo_name(comm->algo),
+            comm->algo_source, where);
 }
 
 hoop_result_t hoop__comm_create(struct hoop_comm **out, int nranks, int rank,
@@ -683,15 +697,11 @@ out_free:
   return res;
 }
 
-hoop_result_t hoop_get_unique_id(hoop_unique_id_t *id) {
-  if (id == NULL)
-    return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
-                      "hoop_get_unique_id: id is NULL");
-  struct hoop_iface iface;
-  HOOP_CHECK(hoop__comm_iface(NULL, &iface));
+hoop_result_t hoop__unique_id(const struct hoop_iface *iface,
+                              hoop_unique_id_t *id) {
   struct hoop_addr root = {.family = AF_INET, .ip = {127, 0, 0, 1}};
-  if (iface.name[0] != '\0')
-    root = iface.addr;
+  if (iface->name[0] != '\0')
+    root = iface->addr;
   uint64_t comm_id = 0;
   while (comm_id == 0) {
     if (getrandom(&comm_id, sizeof comm_id, 0) != sizeof comm_id)
@@ -702,6 +712,15 @@ hoop_result_t hoop_get_unique_id(hoop_unique_id_t *id) {
   memset(id, 0, sizeof *id);
   memcpy(id->internal, &uid, sizeof uid);
   return HOOP_SUCCESS;
+}
+
+hoop_result_t hoop_get_unique_id(hoop_unique_id_t *id) {
+  if (id == NULL)
+    return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
+                      "hoop_get_unique_id: id is NULL");
+  struct hoop_iface iface;
+  HOOP_CHECK(hoop__comm_iface(NULL, &iface));
+  return hoop__unique_id(&iface, id);
 }
 
 hoop_result_t hoop_comm_init_rank(hoop_comm_t *comm, int nranks,

@@ -65,6 +65,8 @@ struct hoop_comm {
   long long spin_ns;     /* busy-poll this long before yielding */
   long long yield_ns;    /* then yield the core this long before sleeping */
   hoop_algo_t algo;      /* HOOP_ALGO or hoop_comm_set_algo; AUTO asks */
+  /* Where algo came from: "default", "HOOP_ALGO" or "hoop_comm_set_algo". */
+  const char *algo_source;
   double alpha_s;        /* cost model: seconds per message */
   double beta_s;         /* cost model: seconds per byte on a link */
   double host_beta_s;    /* cost model: seconds per byte copied on a host */
@@ -172,6 +174,22 @@ void hoop__comm_leave(struct hoop_comm *comm);
  */
 hoop_result_t hoop__comm_iface(const hoop_config_t *config,
                                struct hoop_iface *iface);
+
+/*
+ * Whether the ranks may map each other's memory (CUDA IPC): all of them on
+ * one host, emulated hosts counting as apart, and no transport forced by
+ * HOOP_TRANSPORT.  Valid once the communicator is joined.
+ */
+int hoop__comm_peers_mappable(const struct hoop_comm *comm);
+
+/*
+ * A new unique id whose root is `iface`'s address (loopback when it names
+ * none), with rank 0's listener already open there.  hoop_get_unique_id
+ * passes the environment's interface; hoop_comm_init_env passes the one
+ * its config chose, so that rank 0 listens where the config says.
+ */
+hoop_result_t hoop__unique_id(const struct hoop_iface *iface,
+                              hoop_unique_id_t *id);
 
 /* Joins a communicator: bootstrap, then the ring neighbours' connections. */
 hoop_result_t hoop__comm_create(struct hoop_comm **out, int nranks, int rank,

@@ -79,11 +79,6 @@ static hoop_result_t read_rank_size(struct launch_env *le) {
                     "srun)");
 }
 
-static int env_set(const char *name) {
-  const char *text = getenv(name);
-  return text != NULL && *text != '\0';
-}
-
 /*
  * sbatch runs the batch script as one process of the job, with the job's
  * SLURM_NTASKS and SLURM_PROCID=0; the tasks themselves are started by
@@ -93,8 +88,9 @@ static int env_set(const char *name) {
  */
 static hoop_result_t check_slurm_step(const struct launch_env *le) {
   if (strcmp(le->source, "Slurm") != 0 || le->nranks < 2 ||
-      env_set("SLURM_STEP_ID") || env_set("SLURM_STEPID") ||
-      env_set("SLURM_STEP_NUM_TASKS"))
+      *env_text("SLURM_STEP_ID") != '\0' ||
+      *env_text("SLURM_STEPID") != '\0' ||
+      *env_text("SLURM_STEP_NUM_TASKS") != '\0')
     return HOOP_SUCCESS;
   return HOOP_ERROR(NULL, HOOP_ERR_INVALID_USAGE,
                     "hoop_comm_init_env: SLURM_NTASKS=%d, but only one "
@@ -202,9 +198,10 @@ hoop_result_t hoop_comm_init_env(hoop_comm_t *comm,
   HOOP_CHECK(check_slurm_step(&le));
   HOOP_CHECK(read_root(&le));
   /*
-   * Checked here too, so that a bad interface setting fails on every rank
-   * at once rather than only in rank 0's hoop_get_unique_id while the
-   * others wait for its id file.
+   * Chosen here, so that a bad interface setting fails on every rank at
+   * once rather than only in rank 0 while the others wait for its id file,
+   * and so that rank 0's id carries the config's choice, not only the
+   * environment's.
    */
   struct hoop_iface iface;
   HOOP_CHECK(hoop__comm_iface(config, &iface));
@@ -222,7 +219,7 @@ hoop_result_t hoop_comm_init_env(hoop_comm_t *comm,
   } else {
     id_file_path(&le, path, sizeof path);
     if (le.rank == 0) {
-      HOOP_CHECK(hoop_get_unique_id(&id));
+      HOOP_CHECK(hoop__unique_id(&iface, &id));
       HOOP_CHECK(publish_id(path, &id));
     } else {
       HOOP_CHECK(wait_for_id(path, timeout_ms, &id));

@@ -61,6 +61,10 @@ static hoop_result_t host_indices(struct hoop_comm *comm) {
   return HOOP_SUCCESS;
 }
 
+int hoop__comm_peers_mappable(const struct hoop_comm *comm) {
+  return comm->single_host && hoop__transport_forced() == NULL;
+}
+
 hoop_result_t hoop_comm_rank_info(hoop_comm_t comm, int rank,
                                   hoop_rank_info_t *info) {
   if (info == NULL)
