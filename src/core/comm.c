@@ -21,7 +21,6 @@
 #include "core/error.h"
 #include "core/param.h"
 #include "core/types.h"
-#include "hoop_build_config.h"
 #include "transport/transport.h"
 
 /* ---- registry of live communicators ---------------------------------- */
@@ -558,81 +557,6 @@ static void learn_host(struct hoop_comm *comm) {
   comm->yield_ns = yield_us * 1000;
 }
 
-/*
- * "shm x3" or "shm x2, tcp x1": the transports rank 0 uses to the peers
- * on its host (same_host) or on the others, "none" without such peers.
- */
-static void describe_transports(const struct hoop_comm *comm, int same_host,
-                                char *buf, size_t len) {
-  const char *names[4];
-  int counts[4], kinds = 0;
-  uint64_t mine = comm->peers[comm->rank].host_hash;
-  for (int peer = 0; peer < comm->nranks; peer++) {
-    if (peer == comm->rank ||
-        (comm->peers[peer].host_hash == mine) != same_host)
-      continue;
-    const struct hoop_transport_ops *t =
-        hoop__transport_pick(comm, comm->rank, peer);
-    const char *name = t != NULL ? t->name : "?";
-    int k = 0;
-    while (k < kinds && strcmp(names[k], name) != 0)
-      k++;
-    if (k == kinds && kinds < 4) {
-      names[kinds] = name;
-      counts[kinds++] = 0;
-    }
-    if (k < kinds)
-      counts[k]++;
-  }
-  size_t used = 0;
-  snprintf(buf, len, "none");
-  for (int k = 0; k < kinds && used < len; k++)
-    used += (size_t)snprintf(buf + used, len - used, "%s%s x%d",
-                             k ? ", " : "", names[k], counts[k]);
-}
-
-/*
- * Where device buffers will go, as far as it is known before the first
- * device call settles it.
- */
-static const char *device_path_expected(const struct hoop_comm *comm) {
-  if (!HOOP_HAVE_CUDA)
-    return "none (built without CUDA)";
-  return hoop__comm_peers_mappable(comm)
-             ? "cuda_ipc, or staged if a rank cannot map its peers' GPU "
-               "memory (settled at the first device call)"
-             : "staged through host memory";
-}
-
-/*
- * Rank 0's INFO banner, the one line a bug report needs first: hoop's
- * version, the transports to peers on rank 0's host and on other hosts,
- * where device buffers will go, the algorithm setting and where rank 0
- * listens.
- */
-static void log_banner(const struct hoop_comm *comm) {
-  char here[64], away[64], astr[HOOP_ADDR_STRLEN], where[160];
-  describe_transports(comm, 1, here, sizeof here);
-  describe_transports(comm, 0, away, sizeof away);
-  const char *forced = hoop__transport_forced();
-  hoop__addr_str(&comm->peers[comm->rank].addr, astr);
-  if (comm->iface.name[0] != '\0')
-    snprintf(where, sizeof where, "%s %s (%s)", comm->iface.name, astr,
-             comm->iface.setting);
-  else
-    snprintf(where, sizeof where, "%s", astr);
-  HOOP_INFO("hoop %s: communicator %016llx, %d rank%s; transports from "
-            "rank %d: this host %s, other hosts %s%s%s%s; device buffers: "
-            "%s; algorithm %s (%s); listening on %s",
-            hoop_version_string(), (unsigned long long)comm->comm_id,
-            comm->nranks, comm->nranks == 1 ? "" : "s", comm->rank, here,
-            away,
-            forced != NULL ? " (HOOP_TRANSPORT=" : "",
-            forced != NULL ? forced : "", forced != NULL ? ")" : "",
-            device_path_expected(comm), hoop_algo_name(comm->algo),
-            comm->algo_source, where);
-}
-
 hoop_result_t hoop__comm_create(struct hoop_comm **out, int nranks, int rank,
                                 const hoop_unique_id_t *id,
                                 const hoop_config_t *config) {
@@ -689,7 +613,7 @@ hoop_result_t hoop__comm_create(struct hoop_comm **out, int nranks, int rank,
             rank, nranks, (unsigned long long)comm->comm_id, comm->nsocks,
             comm->slice_bytes, comm->timeout_ms);
   if (rank == 0 && hoop__log_level() >= HOOP_LOG_INFO)
-    log_banner(comm);
+    hoop__comm_log_banner(comm);
   *out = comm;
   return HOOP_SUCCESS;
 out_free:

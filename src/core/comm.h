@@ -182,6 +182,9 @@ hoop_result_t hoop__comm_iface(const hoop_config_t *config,
  */
 int hoop__comm_peers_mappable(const struct hoop_comm *comm);
 
+/* Rank 0's one-line INFO banner for a new communicator (topology.c). */
+void hoop__comm_log_banner(const struct hoop_comm *comm);
+
 /*
  * A new unique id whose root is `iface`'s address (loopback when it names
  * none), with rank 0's listener already open there.  hoop_get_unique_id
