@@ -138,6 +138,8 @@ cuda=
 
 parent=${FRESH_DIR:-/var/tmp}
 root=$(mktemp -d "$parent/hoop-fresh.XXXXXX")
+# mktemp's 0700 would keep every user but root (apt's _apt too) out of "/".
+chmod 755 "$root"
 child=
 cleanup() {
   if [ "$keep" = 1 ]; then
