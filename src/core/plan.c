@@ -20,6 +20,7 @@ void hoop__plan_free(struct hoop_plan *plan) {
     free(plan->links[i].ops);
   free(plan->links);
   free(plan->ops);
+  free(plan->pollfds);
   memset(plan, 0, sizeof *plan);
 }
 
