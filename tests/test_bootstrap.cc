@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -298,6 +299,79 @@ TEST(Bootstrap, MissingRankTimesOutNamingIt) {
                     .count();
   EXPECT_TRUE(r.all_ok()) << describe(r);
   EXPECT_LT(secs, 6.0);
+}
+
+// Connects to 127.0.0.1:port, retrying while nobody listens yet; -1 when
+// nobody does within 10 s.
+int connect_loopback(int port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons((uint16_t)port);
+  for (int tries = 0; tries < 1000; tries++) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (connect(fd, (sockaddr *)&a, sizeof a) == 0)
+      return fd;
+    close(fd);
+    usleep(10000);
+  }
+  return -1;
+}
+
+// Connections to rank 0's rendezvous that never send a whole hello (one
+// says nothing, one a few bytes of garbage) must not hold up the ranks: the
+// rendezvous once read hellos one connection at a time, so the first such
+// connection stalled every rank until the timeout.
+TEST(Bootstrap, SilentConnectionsDoNotStallTheRendezvous) {
+  const int nranks = 3, strays = 2;
+  int port = free_port();
+  RunOptions opt;
+  opt.init = false;
+  opt.timeout_s = 60;
+  RunResult r = run_ranks(
+      nranks + strays,
+      [port](RankLog &log, hoop_comm_t, int rank, int) {
+        if (rank >= nranks) {
+          int fd = connect_loopback(port);
+          RANK_EXPECT(log, fd >= 0, "stray %d could not connect", rank);
+          if (fd < 0)
+            return;
+          if (rank == nranks + 1)
+            RANK_EXPECT(log, write(fd, "garbage", 7) == 7, "garbage");
+          // Rank 0 closes a stray once the job has formed (or drops it).
+          pollfd p = {fd, POLLIN, 0};
+          RANK_EXPECT(log, poll(&p, 1, 15000) == 1,
+                      "stray %d was never closed", rank);
+          close(fd);
+          return;
+        }
+        clear_launcher_env();
+        setenv("HOOP_RANK", std::to_string(rank).c_str(), 1);
+        setenv("HOOP_WORLD_SIZE", std::to_string(nranks).c_str(), 1);
+        setenv("HOOP_ROOT_ADDR",
+               ("127.0.0.1:" + std::to_string(port)).c_str(), 1);
+        // The strays connect first, so rank 0 accepts them before any rank.
+        if (rank > 0)
+          usleep(500000);
+        hoop_config_t cfg = HOOP_CONFIG_INIT;
+        cfg.timeout_ms = 20000;
+        auto start = std::chrono::steady_clock::now();
+        hoop_comm_t comm;
+        hoop_result_t res = hoop_comm_init_env(&comm, &cfg);
+        double secs = std::chrono::duration<double>(
+                          std::chrono::steady_clock::now() - start)
+                          .count();
+        if (res != HOOP_SUCCESS) {
+          log.fail("init_env: %s: %s", hoop_result_name(res),
+                   hoop_last_error());
+          return;
+        }
+        RANK_EXPECT(log, secs < 5.0, "joining took %.1f s", secs);
+        expect_working(log, comm, rank, nranks);
+        hoop_comm_destroy(comm);
+      },
+      opt);
+  EXPECT_TRUE(r.all_ok()) << describe(r);
 }
 
 TEST(Bootstrap, ManyCommunicatorsCreatedAndDestroyed) {
