@@ -182,6 +182,14 @@ hoop_result_t hoop__plan_add(struct hoop_plan *plan, int peer, int send,
                              struct hoop_plan_op *op, int32_t *id);
 
 /*
+ * Makes the next allocation that grows a plan fail as if memory had run
+ * out.  For tests only: running out of memory while building is otherwise
+ * not reachable on demand, and it happens after the call has taken its
+ * sequence number, when the peers are already waiting.
+ */
+void hoop__plan_fail_next_alloc(void);
+
+/*
  * Runs the plan to completion, or fails naming the peer.  A plan that ran
  * may run again (plan->header.seq updated first): its progress is reset.
  */
