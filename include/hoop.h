@@ -383,8 +383,8 @@ HOOP_API hoop_result_t hoop_comm_transport(hoop_comm_t comm, int a, int b,
  * last rank in counts none; a late rank further away shows up as a stall
  * inside the transfer instead.  Over CUDA IPC a rank "receives" what its
  * GPU reads from a peer's memory and "sends" what the peer reads from its
- * own, and time runs from the call to the GPU's completion.  Reading the
- * counters first waits for queued device calls.
+ * own, and time runs from the call to the GPU's completion.  Reading or
+ * resetting the counters first waits for queued device calls.
  */
 typedef struct hoop_coll_stats {
   uint64_t calls;

@@ -4,13 +4,16 @@
 // rendezvous's errors (wrong sizes, missing ranks, bad arguments), each of
 // which must be clear and bounded in time.
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -18,6 +21,8 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "harness.h"
@@ -122,6 +127,111 @@ TEST(Bootstrap, InitEnvFromOpenMpiVariablesWithoutAddress) {
     setenv("OMPI_COMM_WORLD_SIZE", std::to_string(n).c_str(), 1);
     setenv("PMIX_NAMESPACE", ("hooptest" + std::to_string(port)).c_str(), 1);
   });
+}
+
+// The *.id files in dir, with their contents.
+std::vector<std::pair<std::string, std::string>> id_files(
+    const std::string &dir) {
+  std::vector<std::pair<std::string, std::string>> files;
+  DIR *d = opendir(dir.c_str());
+  if (d == nullptr)
+    return files;
+  for (struct dirent *e; (e = readdir(d)) != nullptr;) {
+    std::string name = e->d_name;
+    if (name.size() > 3 && name.compare(name.size() - 3, 3, ".id") == 0) {
+      std::ifstream in(dir + "/" + name, std::ios::binary);
+      std::stringstream bytes;
+      bytes << in.rdbuf();
+      files.emplace_back(name, bytes.str());
+    }
+  }
+  closedir(d);
+  return files;
+}
+
+// A second hoop_comm_init_env in a job without an address must not read
+// the first one's id file.  Rank 0 removes that file only once it is
+// through its rendezvous, so ranks quick to start the second communicator
+// could find it; here rank 1 copies the file while the first communicator
+// forms and puts it back before the second, making that race certain.
+TEST(Bootstrap, SecondInitEnvDoesNotReadTheFirstOnesIdFile) {
+  char dir_template[] = "/tmp/hoop-initenv-XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  std::string dir = dir_template;
+  int port = free_port();
+  RunOptions opt;
+  opt.init = false;
+  opt.timeout_s = 60;
+  RunResult r = run_ranks(
+      3,
+      [&dir, port](RankLog &log, hoop_comm_t, int rank, int n) {
+        clear_launcher_env();
+        setenv("TMPDIR", dir.c_str(), 1);
+        setenv("OMPI_COMM_WORLD_RANK", std::to_string(rank).c_str(), 1);
+        setenv("OMPI_COMM_WORLD_SIZE", std::to_string(n).c_str(), 1);
+        setenv("PMIX_NAMESPACE", ("hooptest" + std::to_string(port)).c_str(),
+               1);
+        hoop_config_t cfg = HOOP_CONFIG_INIT;
+        cfg.timeout_ms = 5000;
+        std::atomic<bool> formed{false};
+        std::vector<std::pair<std::string, std::string>> first_files;
+        std::thread watcher;
+        if (rank == 1)
+          watcher = std::thread([&] {
+            while (first_files.empty() && !formed.load()) {
+              first_files = id_files(dir);
+              usleep(200);
+            }
+          });
+        hoop_comm_t a = nullptr, b = nullptr;
+        hoop_result_t res = hoop_comm_init_env(&a, &cfg);
+        formed = true;
+        if (watcher.joinable())
+          watcher.join();
+        if (res != HOOP_SUCCESS) {
+          log.fail("first init_env: %s: %s", hoop_result_name(res),
+                   hoop_last_error());
+          return;
+        }
+        expect_working(log, a, rank, n); // rank 0 has removed its file
+        if (rank == 1) {
+          RANK_EXPECT(log, first_files.size() == 1,
+                      "saw %zu id files while the first communicator formed",
+                      first_files.size());
+          for (const auto &f : first_files) {
+            std::ofstream out(dir + "/" + f.first, std::ios::binary);
+            out << f.second;
+          }
+        }
+        expect_working(log, a, rank, n); // the old file is back
+        if (rank == 0)
+          usleep(300000); // the others look for the second id first
+        res = hoop_comm_init_env(&b, &cfg);
+        if (res != HOOP_SUCCESS) {
+          log.fail("second init_env: %s: %s", hoop_result_name(res),
+                   hoop_last_error());
+        } else {
+          RANK_EXPECT(log, a != b, "the same communicator twice");
+          int64_t va = 1, vb = rank;
+          RANK_EXPECT_OK(log, b, hoop_allreduce(b, &vb, &vb, 1, HOOP_I64,
+                                                HOOP_SUM, nullptr));
+          RANK_EXPECT_OK(log, a, hoop_allreduce(a, &va, &va, 1, HOOP_I64,
+                                                HOOP_SUM, nullptr));
+          RANK_EXPECT(log, va == n && vb == n * (n - 1) / 2,
+                      "sums %lld and %lld", (long long)va, (long long)vb);
+          hoop_comm_destroy(b);
+        }
+        hoop_comm_destroy(a);
+        if (rank == 1) {
+          for (const auto &f : first_files)
+            unlink((dir + "/" + f.first).c_str());
+        }
+      },
+      opt);
+  EXPECT_TRUE(r.all_ok()) << describe(r);
+  // Rank 0 removed the second id file too.
+  EXPECT_TRUE(id_files(dir).empty()) << id_files(dir)[0].first;
+  rmdir(dir.c_str());
 }
 
 // What srun gives each task of a job step, here one started from a batch
@@ -298,6 +408,79 @@ TEST(Bootstrap, MissingRankTimesOutNamingIt) {
                     .count();
   EXPECT_TRUE(r.all_ok()) << describe(r);
   EXPECT_LT(secs, 6.0);
+}
+
+// Connects to 127.0.0.1:port, retrying while nobody listens yet; -1 when
+// nobody does within 10 s.
+int connect_loopback(int port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons((uint16_t)port);
+  for (int tries = 0; tries < 1000; tries++) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (connect(fd, (sockaddr *)&a, sizeof a) == 0)
+      return fd;
+    close(fd);
+    usleep(10000);
+  }
+  return -1;
+}
+
+// Connections to rank 0's rendezvous that never send a whole hello (one
+// says nothing, one a few bytes of garbage) must not hold up the ranks: the
+// rendezvous once read hellos one connection at a time, so the first such
+// connection stalled every rank until the timeout.
+TEST(Bootstrap, SilentConnectionsDoNotStallTheRendezvous) {
+  const int nranks = 3, strays = 2;
+  int port = free_port();
+  RunOptions opt;
+  opt.init = false;
+  opt.timeout_s = 60;
+  RunResult r = run_ranks(
+      nranks + strays,
+      [port](RankLog &log, hoop_comm_t, int rank, int) {
+        if (rank >= nranks) {
+          int fd = connect_loopback(port);
+          RANK_EXPECT(log, fd >= 0, "stray %d could not connect", rank);
+          if (fd < 0)
+            return;
+          if (rank == nranks + 1)
+            RANK_EXPECT(log, write(fd, "garbage", 7) == 7, "garbage");
+          // Rank 0 closes a stray once the job has formed (or drops it).
+          pollfd p = {fd, POLLIN, 0};
+          RANK_EXPECT(log, poll(&p, 1, 15000) == 1,
+                      "stray %d was never closed", rank);
+          close(fd);
+          return;
+        }
+        clear_launcher_env();
+        setenv("HOOP_RANK", std::to_string(rank).c_str(), 1);
+        setenv("HOOP_WORLD_SIZE", std::to_string(nranks).c_str(), 1);
+        setenv("HOOP_ROOT_ADDR",
+               ("127.0.0.1:" + std::to_string(port)).c_str(), 1);
+        // The strays connect first, so rank 0 accepts them before any rank.
+        if (rank > 0)
+          usleep(500000);
+        hoop_config_t cfg = HOOP_CONFIG_INIT;
+        cfg.timeout_ms = 20000;
+        auto start = std::chrono::steady_clock::now();
+        hoop_comm_t comm;
+        hoop_result_t res = hoop_comm_init_env(&comm, &cfg);
+        double secs = std::chrono::duration<double>(
+                          std::chrono::steady_clock::now() - start)
+                          .count();
+        if (res != HOOP_SUCCESS) {
+          log.fail("init_env: %s: %s", hoop_result_name(res),
+                   hoop_last_error());
+          return;
+        }
+        RANK_EXPECT(log, secs < 5.0, "joining took %.1f s", secs);
+        expect_working(log, comm, rank, nranks);
+        hoop_comm_destroy(comm);
+      },
+      opt);
+  EXPECT_TRUE(r.all_ok()) << describe(r);
 }
 
 TEST(Bootstrap, ManyCommunicatorsCreatedAndDestroyed) {

@@ -680,6 +680,39 @@ TEST(CudaStreams, CallIsOrderedOnTheStreamAndReturnsBeforeIt) {
   EXPECT_TRUE(r.all_ok()) << describe(r);
 }
 
+// A reset must clear what device calls queued before it move, as reading
+// the counters includes them: the call below is still behind a 100 ms
+// delay on its stream when the counters are reset.
+TEST(CudaStreams, ResetStatsClearsCallsStillQueued) {
+  REQUIRE_GPU();
+  RunResult r = run_ranks(
+      2, [](RankLog &log, hoop_comm_t comm, int, int) {
+        with_stream(log, [&](cudaStream_t stream) {
+          DeviceFloats buf(log, 1 << 16);
+          if (buf.p == nullptr)
+            return;
+          for (int round = 0; round < 2; round++) {
+            cudaLaunchHostFunc(stream, sleep_100ms, nullptr);
+            RANK_EXPECT_OK(log, comm,
+                           hoop_allreduce(comm, buf.p, buf.p, 1 << 16,
+                                          HOOP_F32, HOOP_SUM, stream));
+            if (round == 0)
+              RANK_EXPECT_OK(log, comm, hoop_comm_reset_stats(comm));
+          }
+          hoop_stats_t st;
+          RANK_EXPECT_OK(log, comm, hoop_comm_get_stats(comm, &st));
+          uint64_t calls = 0;
+          for (int a = 0; a < HOOP_ALGO_COUNT; a++)
+            calls += st.by_coll[HOOP_COLL_ALLREDUCE][a].calls;
+          RANK_EXPECT(log, calls == 1,
+                      "%llu all-reduces counted, not the one after the reset",
+                      (unsigned long long)calls);
+          cudaStreamSynchronize(stream);
+        });
+      });
+  EXPECT_TRUE(r.all_ok()) << describe(r);
+}
+
 // Send and receive on device buffers, staged through host memory: a group
 // in which every rank sends to the next, receives from the one before,
 // sends to itself and sends an empty message, with the inputs written on

@@ -14,6 +14,10 @@
 #include "harness.h"
 #include "hoop_build_config.h"
 
+extern "C" {
+#include "core/engine.h"
+}
+
 using namespace hooptest;
 
 namespace {
@@ -282,6 +286,57 @@ TEST(Errors, SilentRankTimesOutNamingIt) {
       },
       opt);
   EXPECT_TRUE(r.all_ok()) << describe(r);
+}
+
+// Running out of memory while building a plan happens after the call has
+// taken its sequence number, with the peers already in the call: the rank
+// must break the communicator and tell them, not leave them to time out.
+void out_of_memory_case(bool alltoall) {
+  hoop_config_t cfg = HOOP_CONFIG_INIT;
+  cfg.timeout_ms = 20000;
+  RunOptions opt;
+  opt.config = &cfg;
+  RunResult r = run_ranks(
+      3,
+      [alltoall](RankLog &log, hoop_comm_t comm, int rank, int nranks) {
+        std::vector<float> in(30, 1.0f), out(30);
+        auto call = [&] {
+          return alltoall ? hoop_alltoall(comm, in.data(), out.data(), 10,
+                                          HOOP_F32, nullptr)
+                          : hoop_allreduce(comm, in.data(), out.data(), 30,
+                                           HOOP_F32, HOOP_SUM, nullptr);
+        };
+        if (rank == 1)
+          hoop__plan_fail_next_alloc();
+        auto t0 = std::chrono::steady_clock::now();
+        hoop_result_t res = call();
+        double secs = std::chrono::duration<double>(
+                          std::chrono::steady_clock::now() - t0)
+                          .count();
+        if (rank == 1) {
+          RANK_EXPECT(log, res == HOOP_ERR_NO_MEMORY, "got %s: %s",
+                      hoop_result_name(res), hoop_comm_last_error(comm));
+          RANK_EXPECT(log, call() != HOOP_SUCCESS,
+                      "the communicator is still usable after the failure");
+        } else {
+          RANK_EXPECT(log, res == HOOP_ERR_REMOTE, "got %s: %s",
+                      hoop_result_name(res), hoop_comm_last_error(comm));
+          RANK_EXPECT(log, mentions(comm, "rank 1"), "message: %s",
+                      hoop_comm_last_error(comm));
+          RANK_EXPECT(log, secs < 5.0, "took %.1f s to hear of it", secs);
+        }
+        (void)nranks;
+      },
+      opt);
+  EXPECT_TRUE(r.all_ok()) << describe(r);
+}
+
+TEST(Errors, OutOfMemoryBuildingACollectiveFailsEveryRankAtOnce) {
+  out_of_memory_case(false);
+}
+
+TEST(Errors, OutOfMemoryBuildingAnAllToAllFailsEveryRankAtOnce) {
+  out_of_memory_case(true);
 }
 
 TEST(Errors, AbortFromAnotherThreadEndsABlockedCall) {

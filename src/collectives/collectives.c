@@ -260,14 +260,17 @@ static hoop_result_t run_plan(struct hoop_comm *comm, struct hoop_call *c,
                       hoop__now_ns() - t0);
     return HOOP_SUCCESS;
   }
-  if (res != HOOP_ERR_NO_MEMORY) {
-    char call_desc[240], cause[HOOP_ERROR_MAX];
-    hoop__describe_call(&plan->header, call_desc, sizeof call_desc);
-    memcpy(cause, comm->last_error, sizeof cause);
-    HOOP_ERROR(comm, res, "rank %d: %s failed: %s", comm->rank, call_desc,
-               cause);
-    hoop__comm_break(comm, res);
-  }
+  /*
+   * Even running out of memory while building breaks the communicator: the
+   * call has its sequence number and the peers are already in it, so they
+   * must be told rather than left to time out.
+   */
+  char call_desc[240], cause[HOOP_ERROR_MAX];
+  hoop__describe_call(&plan->header, call_desc, sizeof call_desc);
+  memcpy(cause, comm->last_error, sizeof cause);
+  HOOP_ERROR(comm, res, "rank %d: %s failed: %s", comm->rank, call_desc,
+             cause);
+  hoop__comm_break(comm, res);
   hoop__plan_free(plan);
   return res;
 }

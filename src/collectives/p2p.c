@@ -137,7 +137,8 @@ static hoop_result_t run_requests(struct hoop_comm *comm,
   if (res == HOOP_SUCCESS) {
     hoop__stats_count(comm, &plan, coll, HOOP_ALGO_P2P,
                       hoop__now_ns() - t0);
-  } else if (res != HOOP_ERR_INVALID_ARGUMENT && res != HOOP_ERR_NO_MEMORY) {
+  } else if (res != HOOP_ERR_INVALID_ARGUMENT) {
+    /* Out of memory too: the peers are in the call and must be told. */
     char cause[HOOP_ERROR_MAX];
     memcpy(cause, comm->last_error, sizeof cause);
     HOOP_ERROR(comm, res, "rank %d: %s failed: %s", comm->rank,

@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 
 #include "core/comm.h"
 #include "core/error.h"
+#include "core/log.h"
 
 /*
  * Listening sockets opened by hoop__uid_create, waiting for this process's
@@ -252,6 +254,163 @@ static void list_missing(const int *fds, int nranks, char *buf, size_t len) {
   }
 }
 
+/*
+ * A rank sends its hello as soon as it has connected; a connection that
+ * has not sent one by then is not a rank (a port scan, a health check, a
+ * stuck process) and is dropped, so that strays cannot pile up.
+ */
+#define HELLO_MS 5000
+
+/* An accepted connection whose hello is still coming in. */
+struct pending_hello {
+  int fd;
+  long long deadline;
+  size_t got;
+  struct hoop_addr from;
+  struct hello h;
+};
+
+static void drop_pending(struct pending_hello *p, int *npending, int i,
+                         const char *why) {
+  char astr[HOOP_ADDR_STRLEN];
+  if (why != NULL)
+    HOOP_INFO("rendezvous: dropped the connection from %s after %zu of %zu "
+              "hello bytes: %s",
+              hoop__addr_str(&p[i].from, astr), p[i].got, sizeof p[i].h,
+              why);
+  close(p[i].fd);
+  p[i] = p[--*npending];
+}
+
+/*
+ * Reads what connection i has sent.  Returns 1 when its hello is
+ * complete, 0 when more is to come, -1 when the connection was dropped.
+ */
+static int read_hello(struct pending_hello *p, int *npending, int i) {
+  struct pending_hello *c = &p[i];
+  ssize_t n = recv(c->fd, (char *)&c->h + c->got, sizeof c->h - c->got, 0);
+  if (n > 0) {
+    c->got += (size_t)n;
+    return c->got == sizeof c->h;
+  }
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+    return 0;
+  drop_pending(p, npending, i, n == 0 ? "closed" : strerror(errno));
+  return -1;
+}
+
+/*
+ * Takes a complete hello: the rank joins, or the connection is told why
+ * not.  A stray process is ignored; a wrong member dooms the job.
+ */
+static hoop_result_t take_hello(struct hoop_comm *comm, int *fds,
+                                struct pending_hello *c, long long deadline,
+                                int *joined) {
+  char why[200];
+  if (hello_ok(comm, &c->h, fds, why, sizeof why)) {
+    fds[c->h.rank] = c->fd;
+    comm->peers[c->h.rank] = c->h.info;
+    ++*joined;
+    return HOOP_SUCCESS;
+  }
+  struct reply bad = {HOOP_ERR_MISMATCH, ""};
+  snprintf(bad.message, sizeof bad.message, "%s", why);
+  /* Short: a stray that does not read must not hold up the others. */
+  long long soon = hoop__now_ms() + 100;
+  hoop__sock_send_all(NULL, c->fd, &bad, sizeof bad,
+                      soon < deadline ? soon : deadline, "a rank");
+  close(c->fd);
+  if (c->h.magic != HOOP_WIRE_MAGIC || c->h.comm_id != comm->comm_id) {
+    char astr[HOOP_ADDR_STRLEN];
+    HOOP_INFO("rendezvous: ignored %s: %s", hoop__addr_str(&c->from, astr),
+              why);
+    return HOOP_SUCCESS;
+  }
+  return HOOP_ERROR(comm, HOOP_ERR_MISMATCH, "rendezvous: %s", why);
+}
+
+/*
+ * Accepts connections and reads their hellos all at once, each with its
+ * own deadline: reading them one at a time let a single connection that
+ * never spoke hold up every rank until the timeout.
+ */
+static hoop_result_t gather_hellos(struct hoop_comm *comm, int lfd, int *fds,
+                                   long long deadline) {
+  int n = comm->nranks, joined = 1, npending = 0, cap = 0;
+  struct pending_hello *p = NULL;
+  struct pollfd *pfds = NULL;
+  hoop_result_t res = HOOP_SUCCESS;
+  while (joined < n) {
+    long long now = hoop__now_ms();
+    for (int i = npending - 1; i >= 0; i--) {
+      if (p[i].deadline <= now)
+        drop_pending(p, &npending, i, "no hello in time");
+    }
+    if (now >= deadline) {
+      char missing[128];
+      list_missing(fds, n, missing, sizeof missing);
+      res = HOOP_ERROR(comm, HOOP_ERR_TIMEOUT,
+                       "timed out waiting for a connection from rank(s) %s "
+                       "of %d at the rendezvous (waited %d ms)",
+                       missing, n, comm->timeout_ms);
+      goto out;
+    }
+    if (npending + 1 > cap) {
+      int next = cap ? cap * 2 : n + 1;
+      struct pending_hello *np = realloc(p, sizeof *p * (size_t)next);
+      if (np != NULL)
+        p = np;
+      struct pollfd *nf = realloc(pfds, sizeof *pfds * ((size_t)next + 1));
+      if (nf != NULL)
+        pfds = nf;
+      if (np == NULL || nf == NULL) {
+        res = HOOP_ERROR(comm, HOOP_ERR_NO_MEMORY, "rendezvous table");
+        goto out;
+      }
+      cap = next;
+    }
+    long long wake = deadline;
+    pfds[0] = (struct pollfd){.fd = lfd, .events = POLLIN};
+    for (int i = 0; i < npending; i++) {
+      pfds[i + 1] = (struct pollfd){.fd = p[i].fd, .events = POLLIN};
+      if (p[i].deadline < wake)
+        wake = p[i].deadline;
+    }
+    int rc = poll(pfds, (nfds_t)npending + 1, (int)(wake - now));
+    if (rc < 0 && errno != EINTR) {
+      res = HOOP_ERROR(comm, HOOP_ERR_SYSTEM, "rendezvous: poll(): %s",
+                       strerror(errno));
+      goto out;
+    }
+    if (rc <= 0)
+      continue;
+    /* Backwards, so that dropping entry i moves one already looked at. */
+    for (int i = npending - 1; i >= 0 && joined < n; i--) {
+      if (pfds[i + 1].revents == 0 || read_hello(p, &npending, i) != 1)
+        continue;
+      struct pending_hello c = p[i];
+      p[i] = p[--npending];
+      HOOP_CHECK_GOTO(take_hello(comm, fds, &c, deadline, &joined), res,
+                      out);
+    }
+    if ((pfds[0].revents & POLLIN) && joined < n) {
+      struct pending_hello *c = &p[npending];
+      HOOP_CHECK_GOTO(hoop__sock_accept(comm, lfd, deadline, "a rank",
+                                        &c->fd, &c->from),
+                      res, out);
+      c->deadline = hoop__now_ms() + HELLO_MS;
+      c->got = 0;
+      npending++;
+    }
+  }
+out:
+  for (int i = 0; i < npending; i++)
+    close(p[i].fd);
+  free(pfds);
+  free(p);
+  return res;
+}
+
 static hoop_result_t root_gather(struct hoop_comm *comm, int lfd,
                                  long long deadline) {
   hoop_result_t res = HOOP_SUCCESS;
@@ -262,38 +421,7 @@ static hoop_result_t root_gather(struct hoop_comm *comm, int lfd,
   for (int i = 0; i < n; i++)
     fds[i] = -1;
   struct reply rep = {HOOP_SUCCESS, ""};
-  for (int joined = 1; joined < n;) {
-    int fd;
-    char missing[128], waiting[200];
-    list_missing(fds, n, missing, sizeof missing);
-    snprintf(waiting, sizeof waiting,
-             "rank(s) %s of %d at the rendezvous (waited %d ms)", missing, n,
-             comm->timeout_ms);
-    HOOP_CHECK_GOTO(hoop__sock_accept(comm, lfd, deadline, waiting, &fd,
-                                      NULL),
-                    res, fail);
-    struct hello h;
-    if (hoop__sock_recv_all(comm, fd, &h, sizeof h, deadline,
-                            "a joining rank") != HOOP_SUCCESS) {
-      close(fd);
-      continue;
-    }
-    char why[200];
-    if (!hello_ok(comm, &h, fds, why, sizeof why)) {
-      struct reply bad = {HOOP_ERR_MISMATCH, ""};
-      snprintf(bad.message, sizeof bad.message, "%s", why);
-      hoop__sock_send_all(NULL, fd, &bad, sizeof bad, deadline, "a rank");
-      close(fd);
-      /* A stray process is ignored; a wrong member dooms the job. */
-      if (h.magic != HOOP_WIRE_MAGIC || h.comm_id != comm->comm_id)
-        continue;
-      res = HOOP_ERROR(comm, HOOP_ERR_MISMATCH, "rendezvous: %s", why);
-      goto fail;
-    }
-    fds[h.rank] = fd;
-    comm->peers[h.rank] = h.info;
-    joined++;
-  }
+  HOOP_CHECK_GOTO(gather_hellos(comm, lfd, fds, deadline), res, fail);
   for (int i = 1; i < n; i++) {
     res = hoop__sock_send_all(comm, fds[i], &rep, sizeof rep, deadline,
                               "a rank");

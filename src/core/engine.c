@@ -15,7 +15,6 @@
 
 #define HEADER_BYTES sizeof(struct hoop_wire_header)
 #define MAX_IOV 16
-#define MAX_POLL 64
 
 const char *hoop__coll_name(hoop_coll_t coll) {
   switch (coll) {
@@ -326,6 +325,25 @@ static void add_pollfd(struct pollfd *fds, int *n, int fd, short events) {
   ++*n;
 }
 
+hoop_result_t hoop__engine_arm(struct hoop_plan *p, struct pollfd *fds,
+                               int *nfds, int *armed, bool *ready) {
+  *nfds = 0;
+  *armed = 0;
+  *ready = false;
+  for (int i = 0; i < p->nlinks; i++) {
+    struct hoop_link *l = &p->links[i];
+    if (!l->want_poll || link_done(l))
+      continue;
+    struct pollfd want;
+    HOOP_CHECK(l->conn->ops->arm(l->conn, l->send, &want, ready));
+    ++*armed;
+    if (*ready)
+      return HOOP_SUCCESS;
+    add_pollfd(fds, nfds, want.fd, want.events);
+  }
+  return HOOP_SUCCESS;
+}
+
 /*
  * Sleeps until a wanted connection is ready or another rank reports a
  * failure on the listening socket.  *polled gets the number of
@@ -334,22 +352,11 @@ static void add_pollfd(struct pollfd *fds, int *n, int fd, short events) {
  */
 static hoop_result_t wait_for_io(struct hoop_plan *p, long long deadline,
                                  int *polled) {
-  struct pollfd fds[MAX_POLL + 1];
-  int n = 0;
-  *polled = 0;
-  for (int i = 0; i < p->nlinks && n < MAX_POLL; i++) {
-    struct hoop_link *l = &p->links[i];
-    if (!l->want_poll || link_done(l))
-      continue;
-    struct pollfd want;
-    bool ready;
-    HOOP_CHECK(l->conn->ops->arm(l->conn, l->send, &want, &ready));
-    ++*polled;
-    if (ready)
-      return HOOP_SUCCESS;
-    add_pollfd(fds, &n, want.fd, want.events);
-  }
-  if (n == 0)
+  struct pollfd *fds = p->pollfds;
+  int n;
+  bool ready;
+  HOOP_CHECK(hoop__engine_arm(p, fds, &n, polled, &ready));
+  if (ready || n == 0)
     return HOOP_SUCCESS;
   fds[n] = (struct pollfd){.fd = p->comm->listen_fd, .events = POLLIN};
   long long left = deadline - hoop__now_ms();
@@ -433,6 +440,16 @@ static hoop_result_t prepare(struct hoop_plan *p) {
         p, (comm->rank + comm->nranks - 1) % comm->nranks, 0, 0, &link));
   }
   HOOP_CHECK(pair_links(p));
+  /*
+   * Sized now, when the links are final: a root or an all-to-all may wait
+   * on every peer at once, and a descriptor left out of poll() would only
+   * be noticed at the next one-second wake-up.
+   */
+  free(p->pollfds);
+  p->pollfds = malloc(sizeof *p->pollfds * ((size_t)p->nlinks + 1));
+  if (p->pollfds == NULL)
+    return HOOP_ERROR(p->comm, HOOP_ERR_NO_MEMORY,
+                      "poll set for %d links", p->nlinks);
   for (int i = 0; i < p->nlinks; i++) {
     struct hoop_link *l = &p->links[i];
     /*

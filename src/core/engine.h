@@ -24,6 +24,8 @@
 #define HOOP_ENGINE_H
 
 #include <assert.h>
+#include <poll.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -152,6 +154,7 @@ struct hoop_plan {
   struct hoop_link *links;
   int nlinks, links_cap;
   int cold; /* received data goes past the caches (see HOOP_COLD_BYTES) */
+  struct pollfd *pollfds; /* room for every link and the listening socket */
   /*
    * This run: the receiving links whose peer has not sent its header yet
    * (not joined the call), and the time spent idle while one had not:
@@ -179,10 +182,29 @@ hoop_result_t hoop__plan_add(struct hoop_plan *plan, int peer, int send,
                              struct hoop_plan_op *op, int32_t *id);
 
 /*
+ * Makes the next allocation that grows a plan fail as if memory had run
+ * out.  For tests only: running out of memory while building is otherwise
+ * not reachable on demand, and it happens after the call has taken its
+ * sequence number, when the peers are already waiting.
+ */
+void hoop__plan_fail_next_alloc(void);
+
+/*
  * Runs the plan to completion, or fails naming the peer.  A plan that ran
  * may run again (plan->header.seq updated first): its progress is reset.
  */
 hoop_result_t hoop__engine_run(struct hoop_plan *plan);
+
+/*
+ * Before the engine sleeps: arms every link that waits on its connection
+ * (see the transports' arm()) and writes what poll() must watch into fds,
+ * which has room for plan->nlinks entries; links on one descriptor share
+ * an entry.  *nfds gets the entries used, *armed the links armed.  Stops
+ * with *ready set when a connection can move already.  Declared here so
+ * tests can check that no link is left out.
+ */
+hoop_result_t hoop__engine_arm(struct hoop_plan *plan, struct pollfd *fds,
+                               int *nfds, int *armed, bool *ready);
 
 /*
  * Tick keys: the high bits order ticks, the low bits break ties between

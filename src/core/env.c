@@ -5,7 +5,8 @@
  * The rendezvous address comes from HOOP_ROOT_ADDR, else from torchrun's
  * MASTER_ADDR and MASTER_PORT + 1 (torchrun's own store already listens on
  * MASTER_PORT).  mpirun and srun give no address: then rank 0 publishes a
- * unique id in a file named after the job, which works when all ranks share
+ * unique id in a file named after the job and the number of such calls
+ * before this one in the process, which works when all ranks share
  * one host (the common `mpirun -np 4 prog` case); jobs across hosts set
  * HOOP_ROOT_ADDR or MASTER_ADDR.  What can be checked alone (a batch script
  * that forgot srun, a bad interface setting) fails before any rank waits.
@@ -141,10 +142,20 @@ static uint64_t id_from_text(const char *text) {
   return h ? h : 1;
 }
 
+/*
+ * Calls of hoop_comm_init_env in this process that went through an id
+ * file.  Every rank of a job makes the same calls, so the count names the
+ * same file on every rank.  Without it a second communicator's ranks could
+ * read the first one's id before rank 0 had removed it (rank 0 removes it
+ * only once through its rendezvous) and wait for a listener that is gone.
+ */
+static unsigned id_file_generation;
+
 static void id_file_path(const struct launch_env *le, char *buf, size_t len) {
   const char *dir = getenv("TMPDIR");
-  snprintf(buf, len, "%s/hoop-%u-%s.id", dir && *dir ? dir : "/tmp",
-           (unsigned)getuid(), le->job_key);
+  unsigned gen = __atomic_fetch_add(&id_file_generation, 1, __ATOMIC_RELAXED);
+  snprintf(buf, len, "%s/hoop-%u-%s-%u.id", dir && *dir ? dir : "/tmp",
+           (unsigned)getuid(), le->job_key, gen);
 }
 
 static hoop_result_t publish_id(const char *path,

@@ -20,7 +20,15 @@ void hoop__plan_free(struct hoop_plan *plan) {
     free(plan->links[i].ops);
   free(plan->links);
   free(plan->ops);
+  free(plan->pollfds);
   memset(plan, 0, sizeof *plan);
+}
+
+/* Set by hoop__plan_fail_next_alloc(); taken by the next growth. */
+static int fail_next_alloc;
+
+void hoop__plan_fail_next_alloc(void) {
+  __atomic_store_n(&fail_next_alloc, 1, __ATOMIC_RELAXED);
 }
 
 static hoop_result_t grow(struct hoop_comm *comm, void **array, int *cap,
@@ -30,7 +38,9 @@ static hoop_result_t grow(struct hoop_comm *comm, void **array, int *cap,
   int next = *cap ? *cap * 2 : 16;
   while (next < need)
     next *= 2;
-  void *p = realloc(*array, (size_t)next * elem);
+  void *p = __atomic_exchange_n(&fail_next_alloc, 0, __ATOMIC_RELAXED)
+                ? NULL
+                : realloc(*array, (size_t)next * elem);
   if (p == NULL)
     return HOOP_ERROR(comm, HOOP_ERR_NO_MEMORY, "plan of %d entries", next);
   *array = p;

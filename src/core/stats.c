@@ -77,6 +77,11 @@ hoop_result_t hoop_comm_get_peer_bytes(hoop_comm_t comm, int peer,
 
 hoop_result_t hoop_comm_reset_stats(hoop_comm_t comm) {
   HOOP_CHECK(hoop__comm_enter(comm, "hoop_comm_reset_stats"));
+  /*
+   * As for reading: device calls queued before the reset are counted when
+   * they finish, which without the wait would be after it.
+   */
+  hoop__device_drain(comm);
   memset(&comm->stats, 0, sizeof comm->stats);
   memset(comm->peer_sent, 0, sizeof *comm->peer_sent * (size_t)comm->nranks);
   memset(comm->peer_received, 0,

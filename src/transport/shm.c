@@ -131,9 +131,10 @@ static bool shm_can_connect(const struct hoop_peer_info *self,
 
 /*
  * Wakes the peer if it said it sleeps.  The caller has just published a
- * head or tail with a sequentially consistent store; the sleeper stores
- * its flag the same way before re-checking, so one of the two always sees
- * the other.
+ * head or tail with a sequentially consistent store, and this load of the
+ * flag is sequentially consistent too: the store then comes before the
+ * load in the single total order of such operations, which is the waker's
+ * half of the store-then-load pattern that shm_arm() completes.
  */
 static void wake_peer(struct shm_conn *c, uint32_t *waiting) {
   if (__atomic_load_n(waiting, __ATOMIC_SEQ_CST) == 0 ||
@@ -317,6 +318,20 @@ static hoop_result_t shm_arm(struct hoop_conn *conn, int send,
   HOOP_CHECK(drain_wakeups(c, &closed));
   uint32_t *flag = send ? &c->out->writer_waiting : &c->in->reader_waiting;
   __atomic_store_n(flag, 1, __ATOMIC_SEQ_CST);
+  /*
+   * Store the flag, then load the peer's head or tail; the peer stores its
+   * head or tail, then loads the flag (wake_peer).  Each side must see the
+   * other's store or a wake-up is lost: we sleep on an old head while the
+   * peer saw no flag.  can_move()'s acquire loads are not in the total
+   * order of sequentially consistent operations, so without this fence the
+   * load may be satisfied before the flag store is visible (POWER does
+   * this, as does ARM where acquire loads compile to LDAPR; x86's locked
+   * store hides it).  With the fence, either it precedes the peer's flag
+   * load in that order, which then sees 1, or the peer's store and load
+   * both precede it, and the re-check sees the new head or tail (C11
+   * 7.17.4).
+   */
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
   *ready = can_move(c, send);
   if (!*ready && closed)
     return peer_gone(c, 0);
