@@ -15,6 +15,7 @@
 #include "core/bootstrap.h"
 #include "core/comm.h"
 #include "core/error.h"
+#include "core/types.h"
 
 struct p2p_request {
   int send;

@@ -1,4 +1,4 @@
-/* Names and sizes of the public dtypes, ops and algorithms. */
+/* Names and sizes of the public dtypes, ops, algorithms and collectives. */
 #include "hoop.h"
 
 #include <strings.h>
@@ -43,6 +43,24 @@ static const char *const algo_names[HOOP_ALGO_COUNT] = {
 
 const char *hoop_algo_name(hoop_algo_t algo) {
   return (unsigned)algo < HOOP_ALGO_COUNT ? algo_names[algo] : "invalid-algo";
+}
+
+/* Indexed by value: HOOP_COLL_ALLREDUCE is 1, so entry 0 stays NULL. */
+static const char *const coll_names[HOOP_COLL_COUNT] = {
+    [HOOP_COLL_ALLREDUCE] = "allreduce",
+    [HOOP_COLL_REDUCE_SCATTER] = "reduce_scatter",
+    [HOOP_COLL_ALLGATHER] = "allgather",
+    [HOOP_COLL_BROADCAST] = "broadcast",
+    [HOOP_COLL_REDUCE] = "reduce",
+    [HOOP_COLL_BARRIER] = "barrier",
+    [HOOP_COLL_SENDRECV] = "send/recv",
+    [HOOP_COLL_ALLTOALL] = "alltoall",
+};
+
+const char *hoop__coll_name(hoop_coll_t coll) {
+  if ((unsigned)coll >= HOOP_COLL_COUNT || coll_names[coll] == NULL)
+    return "unknown-collective";
+  return coll_names[coll];
 }
 
 int hoop__parse_algo(const char *text) {
