@@ -23,6 +23,7 @@
 
 extern "C" {
 #include "collectives/device_cuda.h"
+#include "core/types.h"
 #include "reduce/reduce.h"
 #include "reduce/reduce_cuda.h"
 #include "transport/cuda_ipc.h"
