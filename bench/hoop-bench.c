@@ -367,7 +367,7 @@ static void copy_or_die(struct ctx *c, int failed, const char *what) {
  */
 static void counted_call(struct ctx *c, const struct bench_call *call,
                          struct traffic *tr) {
-  hoop_stats_t st;
+  hoop_stats_t st = HOOP_STATS_INIT;
   CHECK(c, hoop_comm_reset_stats(c->comm));
   run_once(c, call);
   CHECK(c, hoop_comm_get_stats(c->comm, &st));

@@ -326,13 +326,28 @@ HOOP_API hoop_result_t hoop_comm_get_algo(hoop_comm_t comm,
 HOOP_API const char *hoop_algo_name(hoop_algo_t algo);
 
 /*
+ * Structs that hoop fills and that later versions may grow (hoop_model_t,
+ * hoop_rank_info_t, hoop_stats_t) begin, like hoop_config_t, with `size`
+ * and `version`, which the caller sets through the type's INIT macro.  hoop
+ * writes at most `size` bytes and leaves those two fields as they were, so
+ * a program built against an older, smaller struct keeps working; a size
+ * that covers none of the fields, or a version this hoop does not know,
+ * gives HOOP_ERR_INVALID_ARGUMENT.  A change that moves fields (such as a
+ * new collective or algorithm reshaping hoop_stats_t.by_coll) raises the
+ * type's version, and hoop fills each version's layout.
+ */
+
+/*
  * The cost model behind HOOP_ALGO_AUTO.  A schedule costs alpha per
  * sequential message hop plus, across hosts, link_beta per byte on its
  * busiest link; when every rank shares one host, host_beta per byte
  * copied by its busiest rank (or by all ranks shared among the cores),
  * where over shared memory a byte reduced counts as 1.5 bytes copied.
  */
+#define HOOP_MODEL_VERSION 1
 typedef struct hoop_model {
+  size_t size;
+  unsigned int version;
   double alpha_s;          /* HOOP_ALPHA_NS */
   double link_beta_s;      /* 1 / HOOP_LINK_MBPS */
   double host_beta_s;      /* 1 / HOOP_HOST_MBPS */
@@ -340,6 +355,9 @@ typedef struct hoop_model {
   int host_cores;
   int host_shm;            /* ... talking through shared memory */
 } hoop_model_t;
+
+#define HOOP_MODEL_INIT \
+  {sizeof(hoop_model_t), HOOP_MODEL_VERSION, 0, 0, 0, 0, 0, 0}
 
 HOOP_API hoop_result_t hoop_comm_get_model(hoop_comm_t comm,
                                            hoop_model_t *model);
@@ -354,7 +372,10 @@ HOOP_API hoop_result_t hoop_comm_predict(hoop_comm_t comm, hoop_coll_t coll,
  * set-up.  Ranks with the same `host` (the same boot, hostname and network
  * namespace) talk through shared memory; others through the network.
  */
+#define HOOP_RANK_INFO_VERSION 1
 typedef struct hoop_rank_info {
+  size_t size;
+  unsigned int version;
   int host;           /* index of its host, numbered by lowest rank */
   int pid;
   int shm;            /* can use POSIX shared memory */
@@ -362,6 +383,9 @@ typedef struct hoop_rank_info {
   int verbs_devices;  /* RDMA devices the host's kernel lists */
   char hostname[64];
 } hoop_rank_info_t;
+
+#define HOOP_RANK_INFO_INIT \
+  {sizeof(hoop_rank_info_t), HOOP_RANK_INFO_VERSION, 0, 0, 0, 0, 0, {0}}
 
 HOOP_API hoop_result_t hoop_comm_rank_info(hoop_comm_t comm, int rank,
                                            hoop_rank_info_t *info);
@@ -394,11 +418,17 @@ typedef struct hoop_coll_stats {
   uint64_t bytes_received;
 } hoop_coll_stats_t;
 
+#define HOOP_STATS_VERSION 1
 typedef struct hoop_stats {
+  size_t size;
+  unsigned int version;
   uint64_t bytes_sent;     /* to all peers */
   uint64_t bytes_received; /* from all peers */
   hoop_coll_stats_t by_coll[HOOP_COLL_COUNT][HOOP_ALGO_COUNT];
 } hoop_stats_t;
+
+#define HOOP_STATS_INIT \
+  {sizeof(hoop_stats_t), HOOP_STATS_VERSION, 0, 0, {{{0, 0, 0, 0, 0}}}}
 
 HOOP_API hoop_result_t hoop_comm_get_stats(hoop_comm_t comm,
                                            hoop_stats_t *stats);

@@ -23,6 +23,7 @@
 
 extern "C" {
 #include "collectives/device_cuda.h"
+#include "core/types.h"
 #include "reduce/reduce.h"
 #include "reduce/reduce_cuda.h"
 #include "transport/cuda_ipc.h"
@@ -561,7 +562,7 @@ TEST_P(CudaCollectives, EveryCollectiveDtypeOpSizeMatchesReference) {
           RANK_EXPECT(log, path != nullptr && strcmp(path, want) == 0,
                       "device calls went %s, expected %s", path, want);
           // The counters saw the device all-reduces and what they moved.
-          hoop_stats_t st;
+          hoop_stats_t st = HOOP_STATS_INIT;
           RANK_EXPECT_OK(log, comm, hoop_comm_get_stats(comm, &st));
           uint64_t calls = 0, moved = 0;
           for (int a = HOOP_ALGO_RING; a < HOOP_ALGO_COUNT; a++) {

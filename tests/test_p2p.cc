@@ -431,6 +431,18 @@ void size_mismatch_case(size_t recv_count, bool in_group) {
         RANK_EXPECT(log, res == HOOP_ERR_MISMATCH || res == HOOP_ERR_REMOTE,
                     "rank %d got %s: %s", rank, hoop_result_name(res),
                     hoop_comm_last_error(comm));
+        // Each end announces its link's sizes folded by FNV-1a steps from
+        // 0 (size + 1, so a zero-byte message still counts).
+        std::string sent = std::to_string(4001 * 1099511628211ULL);
+        std::string expected =
+            std::to_string((recv_count * 4 + 1) * 1099511628211ULL);
+        std::string msg = hoop_comm_last_error(comm);
+        RANK_EXPECT(log,
+                    res != HOOP_ERR_MISMATCH ||
+                        (msg.find(sent) != std::string::npos &&
+                         msg.find(expected) != std::string::npos),
+                    "size hashes %s and %s not in: %s", sent.c_str(),
+                    expected.c_str(), msg.c_str());
       },
       opt);
   double secs = std::chrono::duration<double>(

@@ -379,6 +379,8 @@ TEST(Readme, EnvironmentTableNamesEveryVariableTheCodeReads) {
   // whole HOOP_ name counts, save these, which name no variable.
   static const std::set<std::string> not_variables = {
       "HOOP_RESULT_UNKNOWN", // hoop_result_name() of a value outside the enum
+      // Initializers that messages about uninitialised structs name.
+      "HOOP_MODEL_INIT", "HOOP_RANK_INFO_INIT", "HOOP_STATS_INIT",
   };
   static const std::regex literal("\"(HOOP_[A-Z0-9_]+)\"");
   std::set<std::string> names;

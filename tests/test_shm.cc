@@ -101,7 +101,7 @@ TEST(Topology, RanksOnOneHostShareMemory) {
   RunResult r = run_ranks(3, [](RankLog &log, hoop_comm_t comm, int rank,
                                 int nranks) {
     for (int q = 0; q < nranks; q++) {
-      hoop_rank_info_t info;
+      hoop_rank_info_t info = HOOP_RANK_INFO_INIT;
       RANK_EXPECT_OK(log, comm, hoop_comm_rank_info(comm, q, &info));
       RANK_EXPECT(log, info.host == 0 && info.shm == 1, "rank %d: host %d shm %d",
                   q, info.host, info.shm);
@@ -113,7 +113,7 @@ TEST(Topology, RanksOnOneHostShareMemory) {
       RANK_EXPECT(log, name != nullptr && strcmp(name, want) == 0,
                   "rank %d to %d: %s, want %s", rank, q, name, want);
     }
-    hoop_rank_info_t info;
+    hoop_rank_info_t info = HOOP_RANK_INFO_INIT;
     RANK_EXPECT(log, hoop_comm_rank_info(comm, nranks, &info) ==
                          HOOP_ERR_INVALID_ARGUMENT,
                 "rank out of range accepted");
@@ -152,7 +152,7 @@ TEST(Topology, ModelChargesReductionsOutOfSharedMemory) {
     GTEST_SKIP() << "one core: every schedule is priced at all ranks' copies";
   auto check = [](bool shm) {
     return run_ranks(4, [shm](RankLog &log, hoop_comm_t comm, int, int) {
-      hoop_model_t m;
+      hoop_model_t m = HOOP_MODEL_INIT;
       RANK_EXPECT_OK(log, comm, hoop_comm_get_model(comm, &m));
       RANK_EXPECT(log, m.single_host == 1 && m.host_shm == (shm ? 1 : 0),
                   "single_host %d host_shm %d", m.single_host, m.host_shm);

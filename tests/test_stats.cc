@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <numeric>
 #include <string>
@@ -179,6 +180,8 @@ void check_counters(RankLog &log, hoop_comm_t comm, int rank, int nranks,
                     uint64_t calls, int64_t wall_ns) {
   hoop_stats_t st;
   memset(&st, 0xff, sizeof st);
+  st.size = sizeof st;
+  st.version = HOOP_STATS_VERSION;
   hoop_result_t res = hoop_comm_get_stats(comm, &st);
   if (res != HOOP_SUCCESS) {
     log.fail("%s: get_stats: %s", what.c_str(), hoop_result_name(res));
@@ -385,8 +388,7 @@ TEST_P(Stats, ExactPayloadBytesPerCollectiveAlgorithmAndPeer) {
 }
 
 bool all_zero(const hoop_stats_t &st) {
-  hoop_stats_t zero;
-  memset(&zero, 0, sizeof zero);
+  hoop_stats_t zero = HOOP_STATS_INIT;
   return memcmp(&st, &zero, sizeof st) == 0;
 }
 
@@ -400,7 +402,7 @@ TEST_P(Stats, CallsAccumulateAndResetClearsEverything) {
              3);
     // A barrier is counted as one barrier call (under whichever algorithm
     // it uses) and leaves the all-reduce's counts alone.
-    hoop_stats_t before, after;
+    hoop_stats_t before = HOOP_STATS_INIT, after = HOOP_STATS_INIT;
     RANK_EXPECT_OK(log, comm, hoop_comm_get_stats(comm, &before));
     RANK_EXPECT_OK(log, comm, hoop_barrier(comm));
     RANK_EXPECT_OK(log, comm, hoop_comm_get_stats(comm, &after));
@@ -453,7 +455,7 @@ TEST_P(Stats, PointToPointAndAllToAllBytesPerPeer) {
     Traffic ring(nranks);
     ring.to(next, out.size());
     ring.from(prev, in.size());
-    hoop_stats_t st;
+    hoop_stats_t st = HOOP_STATS_INIT;
     RANK_EXPECT_OK(log, comm, hoop_comm_get_stats(comm, &st));
     check_bytes(log, comm, rank, nranks, "group ring exchange", st, ring, 8,
                 1);
@@ -543,6 +545,109 @@ INSTANTIATE_TEST_SUITE_P(Ranks, Stats, ::testing::Values(2, 3, 4, 5, 8),
 // its own, which counts none.  With three ranks every rank is a peer of
 // every other: the parameter server's root (rank 0) of the others, and
 // the ring neighbours that check the call of each other.
+// The structs hoop fills carry their size and version, so that a program
+// built against an older, smaller one keeps working.  `Get` fills one,
+// whose fields start at `first`.  Checks that a struct whose size stops at
+// `old_size` gets exactly that prefix, equal to what a full-size call returns, with the guard bytes
+// behind it untouched, and that sizes and versions no INIT macro makes are
+// refused, naming the macro, without a byte written.
+template <typename T, typename Get>
+void check_versioned(RankLog &log, hoop_comm_t comm, const char *what,
+                     const char *init, T init_value, size_t first,
+                     size_t old_size, Get get) {
+  const size_t head = offsetof(T, version) + sizeof(unsigned int);
+  T full = init_value;
+  RANK_EXPECT_OK(log, comm, get(&full));
+
+  const unsigned char guard = 0xa5;
+  std::vector<unsigned char> mem(sizeof(T) + 64, guard);
+  T old = init_value;
+  old.size = old_size;
+  memcpy(mem.data(), &old, head);
+  RANK_EXPECT_OK(log, comm, get((T *)(void *)mem.data()));
+  memcpy(&old, mem.data(), sizeof old);
+  RANK_EXPECT(log, old.size == old_size && old.version == init_value.version,
+              "%s: size %zu version %u after the call", what, old.size,
+              old.version);
+  RANK_EXPECT(log,
+              memcmp(mem.data() + first, (const char *)&full + first,
+                     old_size - first) == 0,
+              "%s: the %zu-byte prefix differs from a full call's", what,
+              old_size);
+  size_t written = 0;
+  for (size_t i = old_size; i < mem.size(); i++)
+    written += mem[i] != guard;
+  RANK_EXPECT(log, written == 0, "%s: %zu byte(s) written past size %zu",
+              what, written, old_size);
+
+  struct Bad {
+    size_t size;
+    unsigned version;
+  };
+  for (Bad bad : {Bad{0, init_value.version}, Bad{head, init_value.version},
+                  Bad{sizeof(T) + 1, init_value.version},
+                  Bad{(size_t)0xa5a5a5a5a5a5a5a5ULL, init_value.version},
+                  Bad{sizeof(T), 0}, Bad{sizeof(T), init_value.version + 1}}) {
+    std::vector<unsigned char> bytes(sizeof(T) + 64, guard);
+    T t = init_value;
+    t.size = bad.size;
+    t.version = bad.version;
+    memcpy(bytes.data(), &t, head);
+    hoop_result_t res = get((T *)(void *)bytes.data());
+    RANK_EXPECT(log, res == HOOP_ERR_INVALID_ARGUMENT,
+                "%s: size %zu version %u gave %s", what, bad.size,
+                bad.version, hoop_result_name(res));
+    RANK_EXPECT(log, strstr(hoop_last_error(), init) != nullptr,
+                "%s: message does not name %s: %s", what, init,
+                hoop_last_error());
+    size_t changed = 0;
+    for (size_t i = head; i < bytes.size(); i++)
+      changed += bytes[i] != guard;
+    RANK_EXPECT(log, changed == 0, "%s: refused, yet %zu byte(s) written",
+                what, changed);
+  }
+}
+
+TEST(Versioned, OldSizesGetTheirPrefixAndBadSizesAreRefused) {
+  RunResult r = run_ranks(2, [](RankLog &log, hoop_comm_t comm, int rank,
+                                int) {
+    float x = 1;
+    RANK_EXPECT_OK(log, comm,
+                   hoop_allreduce(comm, &x, &x, 1, HOOP_F32, HOOP_SUM,
+                                  nullptr));
+    // As if built before the last collective row of by_coll existed.
+    check_versioned<hoop_stats_t>(
+        log, comm, "hoop_stats_t", "HOOP_STATS_INIT", HOOP_STATS_INIT,
+        offsetof(hoop_stats_t, bytes_sent),
+        offsetof(hoop_stats_t, by_coll[HOOP_COLL_COUNT - 1]),
+        [comm](hoop_stats_t *st) { return hoop_comm_get_stats(comm, st); });
+    check_versioned<hoop_rank_info_t>(
+        log, comm, "hoop_rank_info_t", "HOOP_RANK_INFO_INIT",
+        HOOP_RANK_INFO_INIT, offsetof(hoop_rank_info_t, host),
+        offsetof(hoop_rank_info_t, hostname),
+        [comm, rank](hoop_rank_info_t *info) {
+          return hoop_comm_rank_info(comm, 1 - rank, info);
+        });
+    check_versioned<hoop_model_t>(
+        log, comm, "hoop_model_t", "HOOP_MODEL_INIT", HOOP_MODEL_INIT,
+        offsetof(hoop_model_t, alpha_s), offsetof(hoop_model_t, single_host),
+        [comm](hoop_model_t *m) { return hoop_comm_get_model(comm, m); });
+    // The counters were read, not moved: a full read still sees the call.
+    hoop_stats_t st = HOOP_STATS_INIT;
+    RANK_EXPECT_OK(log, comm, hoop_comm_get_stats(comm, &st));
+    RANK_EXPECT(log, st.by_coll[HOOP_COLL_ALLREDUCE][HOOP_ALGO_AUTO].calls +
+                             st.by_coll[HOOP_COLL_ALLREDUCE][HOOP_ALGO_RING]
+                                 .calls +
+                             st.by_coll[HOOP_COLL_ALLREDUCE][HOOP_ALGO_TREE]
+                                 .calls +
+                             st.by_coll[HOOP_COLL_ALLREDUCE][HOOP_ALGO_PS]
+                                 .calls ==
+                         1,
+                "all-reduce calls not 1");
+  });
+  EXPECT_TRUE(r.all_ok()) << describe(r);
+}
+
 TEST(StatsWait, CountsTheTimeUntilLatePeersJoin) {
   RunResult r = run_ranks(3, [](RankLog &log, hoop_comm_t comm, int rank,
                                 int nranks) {
@@ -556,7 +661,7 @@ TEST(StatsWait, CountsTheTimeUntilLatePeersJoin) {
     RANK_EXPECT_OK(log, comm, hoop_allreduce(comm, v.data(), v.data(),
                                              v.size(), HOOP_F32, HOOP_SUM,
                                              nullptr));
-    hoop_stats_t st;
+    hoop_stats_t st = HOOP_STATS_INIT;
     RANK_EXPECT_OK(log, comm, hoop_comm_get_stats(comm, &st));
     const hoop_coll_stats_t &cs =
         st.by_coll[HOOP_COLL_ALLREDUCE][HOOP_ALGO_PS];
@@ -595,8 +700,7 @@ class Predict : public ::testing::TestWithParam<int> {};
 TEST_P(Predict, AllReduceModelRanksAlgorithmsSensibly) {
   RunResult r = run_ranks(GetParam(), [](RankLog &log, hoop_comm_t comm, int,
                                          int nranks) {
-    hoop_model_t model;
-    memset(&model, 0, sizeof model);
+    hoop_model_t model = HOOP_MODEL_INIT;
     RANK_EXPECT_OK(log, comm, hoop_comm_get_model(comm, &model));
     RANK_EXPECT(log, model.alpha_s > 0 && model.link_beta_s > 0 &&
                          model.host_beta_s > 0 && model.host_cores >= 1,
@@ -650,7 +754,7 @@ TEST_P(Predict, LargeAllReduceOrderingWhenEveryRankHasACore) {
                  << " cores: the model prices the shared cores, not links";
   RunResult r = run_ranks(n, [](RankLog &log, hoop_comm_t comm, int,
                                 int nranks) {
-    hoop_model_t model;
+    hoop_model_t model = HOOP_MODEL_INIT;
     RANK_EXPECT_OK(log, comm, hoop_comm_get_model(comm, &model));
     RANK_EXPECT(log, model.host_cores >= nranks,
                 "model sees %d cores for %d ranks", model.host_cores, nranks);

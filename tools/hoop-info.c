@@ -58,7 +58,7 @@ static void print_crossover(hoop_comm_t comm, hoop_algo_t a, hoop_algo_t b) {
 }
 
 static hoop_rank_info_t rank_info(hoop_comm_t comm, int rank) {
-  hoop_rank_info_t info;
+  hoop_rank_info_t info = HOOP_RANK_INFO_INIT;
   hoop_result_t res = hoop_comm_rank_info(comm, rank, &info);
   if (res != HOOP_SUCCESS)
     die(comm, "hoop_comm_rank_info", res);
@@ -124,7 +124,7 @@ int main(void) {
   hoop_comm_rank(comm, &rank);
   hoop_comm_size(comm, &n);
   if (rank == 0) {
-    hoop_model_t m;
+    hoop_model_t m = HOOP_MODEL_INIT;
     res = hoop_comm_get_model(comm, &m);
     if (res != HOOP_SUCCESS)
       die(comm, "hoop_comm_get_model", res);

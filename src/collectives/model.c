@@ -2,10 +2,12 @@
 #include "collectives/model.h"
 
 #include <math.h>
+#include <stddef.h>
 
 #include "collectives/algorithms.h"
 #include "core/comm.h"
 #include "core/error.h"
+#include "core/types.h"
 
 /*
  * Sequential message hops of a schedule: what alpha multiplies.  A tree of
@@ -204,10 +206,19 @@ hoop_result_t hoop_comm_get_model(hoop_comm_t comm, hoop_model_t *model) {
   if (model == NULL)
     return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
                       "hoop_comm_get_model: model is NULL");
+  HOOP_CHECK(hoop__check_versioned(
+      "hoop_comm_get_model", "hoop_model_t", "HOOP_MODEL_INIT", model,
+      offsetof(hoop_model_t, alpha_s), sizeof *model, HOOP_MODEL_VERSION));
   HOOP_CHECK(hoop__comm_enter(comm, "hoop_comm_get_model"));
-  *model = (hoop_model_t){comm->alpha_s,     comm->beta_s,
-                          comm->host_beta_s, comm->single_host,
-                          comm->host_cores,  comm->host_shm};
+  hoop_model_t full = {
+      .alpha_s = comm->alpha_s,
+      .link_beta_s = comm->beta_s,
+      .host_beta_s = comm->host_beta_s,
+      .single_host = comm->single_host,
+      .host_cores = comm->host_cores,
+      .host_shm = comm->host_shm,
+  };
+  hoop__fill_versioned(model, &full, offsetof(hoop_model_t, alpha_s));
   hoop__comm_leave(comm);
   return HOOP_SUCCESS;
 }

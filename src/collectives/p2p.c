@@ -15,6 +15,8 @@
 #include "core/bootstrap.h"
 #include "core/comm.h"
 #include "core/error.h"
+#include "core/hash.h"
+#include "core/types.h"
 
 struct p2p_request {
   int send;
@@ -59,7 +61,7 @@ static hoop_result_t add_message(struct hoop_plan *plan,
   int link;
   HOOP_CHECK(hoop__plan_link(plan, req->peer, 0, req->send, &link));
   struct hoop_link *l = &plan->links[link];
-  l->signature = (l->signature ^ (req->bytes + 1)) * 1099511628211ULL;
+  l->signature = hoop__fnv1a_step(l->signature, req->bytes + 1);
   size_t slice = plan->comm->slice_bytes;
   for (size_t at = 0; at < req->bytes; at += slice) {
     size_t bytes = req->bytes - at < slice ? req->bytes - at : slice;

@@ -14,6 +14,7 @@
 
 #include "core/comm.h"
 #include "core/error.h"
+#include "core/hash.h"
 #include "core/log.h"
 
 /*
@@ -92,12 +93,6 @@ hoop_result_t hoop__uid_parse(const hoop_unique_id_t *id,
   return HOOP_SUCCESS;
 }
 
-static uint64_t hash_text(uint64_t h, const char *text) {
-  for (const char *p = text; *p != '\0'; p++)
-    h = (h ^ (unsigned char)*p) * 1099511628211ULL;
-  return h;
-}
-
 /*
  * Stable hashes of this machine (its kernel's boot: ranks that share it
  * share its cores) and of this host: the boot, hostname and network
@@ -116,11 +111,11 @@ static void identify(struct hoop_peer_info *me) {
   }
   char host[256] = "";
   gethostname(host, sizeof host - 1);
-  uint64_t machine = hash_text(1469598103934665603ULL, boot);
-  uint64_t h = hash_text(machine, host);
+  uint64_t machine = hoop__fnv1a_text(HOOP_FNV1A_BASIS, boot);
+  uint64_t h = hoop__fnv1a_text(machine, host);
   struct stat st;
   if (stat("/proc/self/ns/net", &st) == 0)
-    h = (h ^ (uint64_t)st.st_ino) * 1099511628211ULL;
+    h = hoop__fnv1a_step(h, (uint64_t)st.st_ino);
   me->host_hash = h;
   me->machine_hash = boot[0] != '\0' ? machine : h;
 }

@@ -10,30 +10,12 @@
 
 #include "core/comm.h"
 #include "core/error.h"
+#include "core/types.h"
 #include "reduce/reduce.h"
 #include "transport/transport.h"
 
 #define HEADER_BYTES sizeof(struct hoop_wire_header)
 #define MAX_IOV 16
-
-const char *hoop__coll_name(hoop_coll_t coll) {
-  switch (coll) {
-  case HOOP_COLL_ALLREDUCE: return "allreduce";
-  case HOOP_COLL_REDUCE_SCATTER: return "reduce_scatter";
-  case HOOP_COLL_ALLGATHER: return "allgather";
-  case HOOP_COLL_BROADCAST: return "broadcast";
-  case HOOP_COLL_REDUCE: return "reduce";
-  case HOOP_COLL_BARRIER: return "barrier";
-  case HOOP_COLL_SENDRECV: return "send/recv";
-  case HOOP_COLL_ALLTOALL: return "alltoall";
-  default: return "unknown-collective";
-  }
-}
-
-static const char *algo_name(int algo) {
-  static const char *const names[] = {"auto", "ring", "tree", "ps", "p2p"};
-  return algo >= 0 && algo < 5 ? names[algo] : "?";
-}
 
 void hoop__describe_call(const struct hoop_wire_header *h, char *buf,
                          size_t len) {
@@ -42,7 +24,8 @@ void hoop__describe_call(const struct hoop_wire_header *h, char *buf,
            hoop__coll_name((hoop_coll_t)h->coll),
            (unsigned long long)h->seq, (unsigned long long)h->count,
            hoop_dtype_name((hoop_dtype_t)h->dtype),
-           hoop_op_name((hoop_op_t)h->op), h->root, algo_name(h->algo),
+           hoop_op_name((hoop_op_t)h->op), h->root,
+           hoop_algo_name((hoop_algo_t)h->algo),
            h->slice_bytes, h->nchannels, h->depth);
 }
 

@@ -34,8 +34,6 @@
 struct hoop_comm;
 struct hoop_conn;
 
-const char *hoop__coll_name(hoop_coll_t coll);
-
 /*
  * The first bytes of every collective on every link.  The receiver checks
  * it against its own call, so ranks that disagree fail loudly instead of

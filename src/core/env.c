@@ -22,6 +22,7 @@
 #include "core/bootstrap.h"
 #include "core/comm.h"
 #include "core/error.h"
+#include "core/hash.h"
 #include "core/param.h"
 
 struct launch_env {
@@ -136,9 +137,7 @@ static hoop_result_t read_root(struct launch_env *le) {
 
 /* Every rank derives the same communicator id from the address. */
 static uint64_t id_from_text(const char *text) {
-  uint64_t h = 1469598103934665603ULL;
-  for (const char *p = text; *p != '\0'; p++)
-    h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+  uint64_t h = hoop__fnv1a_text(HOOP_FNV1A_BASIS, text);
   return h ? h : 1;
 }
 

@@ -1,10 +1,12 @@
 /* The public counters: what each communicator's collectives moved. */
+#include <stddef.h>
 #include <string.h>
 
 #include "collectives/device.h"
 #include "core/comm.h"
 #include "core/engine.h"
 #include "core/error.h"
+#include "core/types.h"
 #include "transport/transport.h"
 
 void hoop__stats_count(struct hoop_comm *comm, const struct hoop_plan *plan,
@@ -48,9 +50,13 @@ hoop_result_t hoop_comm_get_stats(hoop_comm_t comm, hoop_stats_t *stats) {
   if (stats == NULL)
     return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
                       "hoop_comm_get_stats: stats is NULL");
+  HOOP_CHECK(hoop__check_versioned(
+      "hoop_comm_get_stats", "hoop_stats_t", "HOOP_STATS_INIT", stats,
+      offsetof(hoop_stats_t, bytes_sent), sizeof *stats, HOOP_STATS_VERSION));
   HOOP_CHECK(hoop__comm_enter(comm, "hoop_comm_get_stats"));
   hoop__device_drain(comm); /* its failure is the calls' to report */
-  *stats = comm->stats;
+  hoop__fill_versioned(stats, &comm->stats,
+                       offsetof(hoop_stats_t, bytes_sent));
   hoop__comm_leave(comm);
   return HOOP_SUCCESS;
 }

@@ -1,12 +1,14 @@
 /* Topology queries over what the ranks published at bootstrap. */
 #include "core/comm.h"
 #include "core/error.h"
+#include "core/types.h"
 #include "core/log.h"
 #include "hoop_build_config.h"
 #include "transport/transport.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 
 static hoop_result_t check_rank(hoop_comm_t comm, const char *what,
@@ -73,21 +75,26 @@ hoop_result_t hoop_comm_rank_info(hoop_comm_t comm, int rank,
   if (info == NULL)
     return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
                       "hoop_comm_rank_info: info is NULL");
+  HOOP_CHECK(hoop__check_versioned(
+      "hoop_comm_rank_info", "hoop_rank_info_t", "HOOP_RANK_INFO_INIT", info,
+      offsetof(hoop_rank_info_t, host), sizeof *info,
+      HOOP_RANK_INFO_VERSION));
   HOOP_CHECK(hoop__comm_enter(comm, "hoop_comm_rank_info"));
   hoop_result_t res = check_rank(comm, "hoop_comm_rank_info", rank);
   if (res == HOOP_SUCCESS)
     res = host_indices(comm);
   if (res == HOOP_SUCCESS) {
     const struct hoop_peer_info *p = &comm->peers[rank];
-    *info = (hoop_rank_info_t){
+    hoop_rank_info_t full = {
         .host = comm->host_index[rank],
         .pid = p->pid,
         .shm = (p->caps & HOOP_CAP_SHM) != 0,
         .cuda_devices = p->cuda_devices,
         .verbs_devices = p->verbs_devices,
     };
-    memcpy(info->hostname, p->hostname, sizeof info->hostname);
-    info->hostname[sizeof info->hostname - 1] = '\0';
+    memcpy(full.hostname, p->hostname, sizeof full.hostname);
+    full.hostname[sizeof full.hostname - 1] = '\0';
+    hoop__fill_versioned(info, &full, offsetof(hoop_rank_info_t, host));
   }
   hoop__comm_leave(comm);
   return res;

@@ -1,8 +1,10 @@
-/* Names and sizes of the public dtypes, ops and algorithms. */
+/* Names and sizes of the public dtypes, ops, algorithms and collectives. */
 #include "hoop.h"
 
+#include <string.h>
 #include <strings.h>
 
+#include "core/error.h"
 #include "core/types.h"
 #include "hoop_build_config.h"
 
@@ -43,6 +45,52 @@ static const char *const algo_names[HOOP_ALGO_COUNT] = {
 
 const char *hoop_algo_name(hoop_algo_t algo) {
   return (unsigned)algo < HOOP_ALGO_COUNT ? algo_names[algo] : "invalid-algo";
+}
+
+/* Indexed by value: HOOP_COLL_ALLREDUCE is 1, so entry 0 stays NULL. */
+static const char *const coll_names[HOOP_COLL_COUNT] = {
+    [HOOP_COLL_ALLREDUCE] = "allreduce",
+    [HOOP_COLL_REDUCE_SCATTER] = "reduce_scatter",
+    [HOOP_COLL_ALLGATHER] = "allgather",
+    [HOOP_COLL_BROADCAST] = "broadcast",
+    [HOOP_COLL_REDUCE] = "reduce",
+    [HOOP_COLL_BARRIER] = "barrier",
+    [HOOP_COLL_SENDRECV] = "send/recv",
+    [HOOP_COLL_ALLTOALL] = "alltoall",
+};
+
+const char *hoop__coll_name(hoop_coll_t coll) {
+  if ((unsigned)coll >= HOOP_COLL_COUNT || coll_names[coll] == NULL)
+    return "unknown-collective";
+  return coll_names[coll];
+}
+
+/* The two fields every versioned struct starts with. */
+struct versioned_head {
+  size_t size;
+  unsigned int version;
+};
+
+hoop_result_t hoop__check_versioned(const char *fn, const char *type,
+                                    const char *init, const void *out,
+                                    size_t first, size_t full_size,
+                                    unsigned version) {
+  struct versioned_head head;
+  memcpy(&head, out, sizeof head);
+  if (head.size > first && head.size <= full_size && head.version >= 1 &&
+      head.version <= version)
+    return HOOP_SUCCESS;
+  return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
+                    "%s: %s has size %zu and version %u; set them with %s "
+                    "(this hoop takes sizes %zu to %zu, versions 1 to %u)",
+                    fn, type, head.size, head.version, init, first + 1,
+                    full_size, version);
+}
+
+void hoop__fill_versioned(void *out, const void *full, size_t first) {
+  struct versioned_head head;
+  memcpy(&head, out, sizeof head);
+  memcpy((char *)out + first, (const char *)full + first, head.size - first);
 }
 
 int hoop__parse_algo(const char *text) {

@@ -62,7 +62,7 @@ static double now_s(void) {
 
 ddp_counts_t ddp_allreduce_counts(hoop_comm_t comm, hoop_algo_t fallback) {
   ddp_counts_t n = {.busiest = fallback};
-  hoop_stats_t s;
+  hoop_stats_t s = HOOP_STATS_INIT;
   uint64_t most = 0, ns = 0, late_ns = 0;
   if (hoop_comm_get_stats(comm, &s) != HOOP_SUCCESS)
     return n;
