@@ -6,6 +6,7 @@
  * hash of its message sizes, so a receive that does not match its send
  * fails on both ranks instead of splitting data differently.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -139,7 +140,7 @@ static hoop_result_t run_requests(struct hoop_comm *comm,
                       hoop__now_ns() - t0);
   } else if (res != HOOP_ERR_INVALID_ARGUMENT && res != HOOP_ERR_NO_MEMORY) {
     char cause[HOOP_ERROR_MAX];
-    memcpy(cause, comm->last_error, sizeof cause);
+    snprintf(cause, sizeof cause, "%s", hoop_last_error());
     HOOP_ERROR(comm, res, "rank %d: %s failed: %s", comm->rank,
                hoop__coll_name(coll), cause);
     hoop__comm_break(comm, res);
