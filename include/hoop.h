@@ -155,6 +155,22 @@ HOOP_API const char *hoop_op_name(hoop_op_t op);
 HOOP_API const char *hoop_last_error(void);
 
 /*
+ * Threads.  A communicator's calls (the collectives, send and recv, groups,
+ * all-to-all) are made by one thread at a time: a second thread's call
+ * fails with HOOP_ERR_INVALID_USAGE.  The queries may be made from any
+ * thread, also while another thread's calls run or device calls are queued
+ * (as PyTorch's watchdog polls): hoop_comm_rank, hoop_comm_size,
+ * hoop_comm_last_error, hoop_comm_get_async_error, hoop_comm_device_path,
+ * hoop_comm_get_algo, hoop_comm_set_algo, hoop_comm_get_model,
+ * hoop_comm_predict, hoop_comm_rank_info, hoop_comm_transport and the
+ * counters (hoop_comm_get_stats, hoop_comm_get_peer_bytes,
+ * hoop_comm_reset_stats, which first wait for the device calls queued
+ * before them).  They answer on a broken communicator too.
+ * hoop_comm_abort may be called from any thread; hoop_comm_destroy only
+ * when no other call on the communicator is running.
+ */
+
+/*
  * Creates the rendezvous identity of a new communicator.  The process that
  * calls this must host rank 0 (it starts listening for the other ranks
  * here); hand the id to every other rank by any means (a file, MPI_Bcast).
@@ -195,7 +211,10 @@ HOOP_API hoop_result_t hoop_comm_abort(hoop_comm_t comm);
 HOOP_API hoop_result_t hoop_comm_rank(hoop_comm_t comm, int *rank);
 HOOP_API hoop_result_t hoop_comm_size(hoop_comm_t comm, int *nranks);
 
-/* The last error message of `comm`; "" when there was none. */
+/*
+ * The last error message of `comm`, whichever thread met it; "" when there
+ * was none.  A copy, valid until this thread's next call of this function.
+ */
 HOOP_API const char *hoop_comm_last_error(hoop_comm_t comm);
 
 /*
@@ -309,7 +328,9 @@ HOOP_API hoop_result_t hoop_alltoall(hoop_comm_t comm, const void *sendbuf,
 
 /*
  * Chooses the all-reduce, broadcast and reduce algorithm of this comm:
- * AUTO, RING, TREE or PS (HOOP_ERR_INVALID_ARGUMENT for others).
+ * AUTO, RING, TREE or PS (HOOP_ERR_INVALID_ARGUMENT for others).  Calls
+ * made after it use it; calls made before it, queued device calls
+ * included, keep the setting they were made with.
  */
 HOOP_API hoop_result_t hoop_comm_set_algo(hoop_comm_t comm, hoop_algo_t algo);
 /*
@@ -317,9 +338,8 @@ HOOP_API hoop_result_t hoop_comm_set_algo(hoop_comm_t comm, hoop_algo_t algo);
  * (AUTO without it), until hoop_comm_set_algo changes it.  AUTO stays
  * AUTO; what it picks for a call depends on the call's size (see
  * hoop_comm_predict, and hoop_comm_get_stats for what ran).  A NULL algo
- * or comm gives HOOP_ERR_INVALID_ARGUMENT; a comm that is destroyed,
- * aborted or in use by another thread, HOOP_ERR_INVALID_USAGE; a broken
- * one, the error that broke it.
+ * or comm gives HOOP_ERR_INVALID_ARGUMENT; a comm that is destroyed or
+ * aborted, HOOP_ERR_INVALID_USAGE.
  */
 HOOP_API hoop_result_t hoop_comm_get_algo(hoop_comm_t comm,
                                           hoop_algo_t *algo);

@@ -12,7 +12,13 @@
 
 struct hoop_call {
   hoop_coll_t coll;
-  hoop_algo_t algo;
+  /*
+   * The communicator's algorithm setting when the call was made: a queued
+   * device call keeps it, so that a later hoop_comm_set_algo cannot make
+   * ranks run it differently.
+   */
+  hoop_algo_t setting;
+  hoop_algo_t algo; /* what the setting chose for this call */
   const char *send;
   char *recv;
   size_t count; /* elements of the whole buffer */

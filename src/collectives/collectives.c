@@ -6,6 +6,7 @@
  * returns before any byte moves and leaves it usable.
  */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -188,7 +189,7 @@ static struct hoop_plan_key plan_key(const struct hoop_comm *comm,
       .dtype = (int32_t)c->dtype,
       .op = (int32_t)c->op,
       .root = c->root,
-      .setting = (int32_t)comm->algo,
+      .setting = (int32_t)c->setting,
   };
 }
 
@@ -267,7 +268,7 @@ static hoop_result_t run_plan(struct hoop_comm *comm, struct hoop_call *c,
    */
   char call_desc[240], cause[HOOP_ERROR_MAX];
   hoop__describe_call(&plan->header, call_desc, sizeof call_desc);
-  memcpy(cause, comm->last_error, sizeof cause);
+  snprintf(cause, sizeof cause, "%s", hoop_last_error());
   HOOP_ERROR(comm, res, "rank %d: %s failed: %s", comm->rank, call_desc,
              cause);
   hoop__comm_break(comm, res);
@@ -311,7 +312,8 @@ hoop_result_t hoop__collective_run(struct hoop_comm *comm,
   struct hoop_plan_key key = plan_key(comm, c, label, per_rank);
   struct hoop_plan *cached = cached_plan(comm, &key);
   c->algo = cached != NULL ? (hoop_algo_t)cached->header.algo
-                           : hoop__choose_algo(comm, c->coll, c->bytes);
+                           : hoop__choose_algo(comm, c->setting, c->coll,
+                                               c->bytes);
   comm->seq++;
   /* The ring never sends a rank its own block; all-gather copies it. */
   if (c->coll == HOOP_COLL_ALLGATHER && per_rank > 0) {
@@ -351,6 +353,7 @@ static hoop_result_t dispatch(struct hoop_comm *comm, struct hoop_call *c,
   int on_device = 0;
   HOOP_CHECK(hoop__route_call(comm, hoop__collective_name(label), c->send,
                               c->recv, stream, &on_device));
+  c->setting = hoop__comm_algo(comm);
   if (!on_device)
     return hoop__collective_run(comm, c, per_rank, label);
   HOOP_CHECK(check_call(comm, c, per_rank));

@@ -337,7 +337,8 @@ static hoop_result_t run_job(struct hoop_comm *comm, struct hoop_device *d,
                           .recv = has_recv ? d->stage_out[s] : NULL,
                           .dtype = j->call.dtype,
                           .op = j->call.op,
-                          .root = j->call.root};
+                          .root = j->call.root,
+                          .setting = j->call.setting};
     size_t n = hoop__chunk_elems(&j->k, i);
     HOOP_CHECK(h.coll == HOOP_COLL_ALLTOALL
                    ? hoop__alltoall_run(comm, h.send, h.recv, n, h.dtype)
@@ -362,7 +363,7 @@ static void *proxy_main(void *arg) {
     /* After a failure the ranks are out of step: later calls only fail. */
     hoop_result_t res =
         prior != HOOP_SUCCESS ? prior : run_job(comm, d, &j->c);
-    if (res != HOOP_SUCCESS && comm->broken == HOOP_SUCCESS)
+    if (res != HOOP_SUCCESS && hoop__comm_broken(comm) == HOOP_SUCCESS)
       hoop__comm_break(comm, res);
     /*
      * Whatever happened, the GPU must not wait for this job forever.  Over
@@ -470,20 +471,23 @@ static hoop_result_t device_start(struct hoop_comm *comm, int device,
     device_release(d);
     return cuda_error(comm, e, "setting up device staging");
   }
-  comm->device = d;
+  __atomic_store_n(&comm->device, d, __ATOMIC_RELEASE);
   hoop_result_t res = hoop__ipc_path_open(comm, device, &d->ipc);
   if (res != HOOP_SUCCESS) {
-    comm->device = NULL;
+    __atomic_store_n(&comm->device, NULL, __ATOMIC_RELEASE);
     device_release(d);
     return res;
   }
   int err = pthread_create(&d->thread, NULL, proxy_main, comm);
   if (err != 0) {
-    comm->device = NULL;
+    __atomic_store_n(&comm->device, NULL, __ATOMIC_RELEASE);
     device_release(d);
     return HOOP_ERROR(comm, HOOP_ERR_SYSTEM,
                       "starting the device proxy thread: %s", strerror(err));
   }
+  static const struct hoop_device_ops ops = {.drain = hoop__device_drain,
+                                             .free = hoop__device_free};
+  __atomic_store_n(&comm->device_ops, &ops, __ATOMIC_RELEASE);
   return HOOP_SUCCESS;
 }
 
@@ -574,7 +578,9 @@ hoop_result_t hoop__device_enqueue(struct hoop_comm *comm,
 
 /* The first failure of a queued call, after the queue empties if `wait`. */
 static hoop_result_t queue_error(struct hoop_comm *comm, int wait) {
-  struct hoop_device *d = comm->device;
+  /* Any thread may ask (a query, a watchdog), so the proxy is found
+   * atomically; device_start publishes it. */
+  struct hoop_device *d = __atomic_load_n(&comm->device, __ATOMIC_ACQUIRE);
   if (d == NULL)
     return HOOP_SUCCESS;
   pthread_mutex_lock(&d->lock);
@@ -582,10 +588,12 @@ static hoop_result_t queue_error(struct hoop_comm *comm, int wait) {
     pthread_cond_wait(&d->cond, &d->lock);
   hoop_result_t res = d->error;
   pthread_mutex_unlock(&d->lock);
-  if (res != HOOP_SUCCESS)
+  if (res != HOOP_SUCCESS) {
+    char reason[HOOP_ERROR_MAX];
+    hoop__comm_broken_reason(comm, reason, sizeof reason);
     return HOOP_ERROR(comm, res,
-                      "an earlier call on device buffers failed: %s",
-                      comm->broken_reason);
+                      "an earlier call on device buffers failed: %s", reason);
+  }
   return HOOP_SUCCESS;
 }
 
@@ -598,7 +606,8 @@ hoop_result_t hoop__device_async_error(struct hoop_comm *comm) {
 }
 
 const char *hoop__device_path(const struct hoop_comm *comm) {
-  const struct hoop_device *d = comm->device;
+  const struct hoop_device *d =
+      __atomic_load_n(&comm->device, __ATOMIC_ACQUIRE);
   return d == NULL ? "none" : d->ipc != NULL ? "cuda_ipc" : "staged";
 }
 
@@ -612,8 +621,8 @@ void hoop__device_free(struct hoop_comm *comm) {
   pthread_mutex_unlock(&d->lock);
   pthread_join(d->thread, NULL);
   hoop__ipc_path_close(comm, d->ipc);
+  __atomic_store_n(&comm->device, NULL, __ATOMIC_RELEASE);
   device_release(d);
-  comm->device = NULL;
 }
 
 /* ---- Send and receive ------------------------------------------------ */

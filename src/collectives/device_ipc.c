@@ -264,7 +264,8 @@ static hoop_result_t compare_calls(struct hoop_comm *comm,
 void hoop__ipc_path_number(const struct hoop_comm *comm,
                            struct hoop_ipc_path *p,
                            struct hoop_device_call *c) {
-  c->ipc_ps = c->label == HOOP_COLL_ALLREDUCE && comm->algo == HOOP_ALGO_PS;
+  c->ipc_ps =
+      c->label == HOOP_COLL_ALLREDUCE && c->call.setting == HOOP_ALGO_PS;
   c->start_ns = hoop__now_ns();
   c->first = p->chunks;
   p->chunks += (uint32_t)c->k.nchunks;
@@ -403,7 +404,8 @@ void hoop__ipc_path_close(struct hoop_comm *comm, struct hoop_ipc_path *p) {
     return;
   uint32_t done = __atomic_load_n(&p->queued, __ATOMIC_ACQUIRE);
   long long deadline = hoop__now_ms() + comm->timeout_ms;
-  for (int q = 0; q < comm->nranks && comm->broken == HOOP_SUCCESS; q++) {
+  for (int q = 0; q < comm->nranks && hoop__comm_broken(comm) == HOOP_SUCCESS;
+       q++) {
     while (q != comm->rank &&
            !hoop__counter_reached(hoop__ipc_phase(p->ipc, q), done) &&
            !peer_dead(comm, p, q) && hoop__now_ms() < deadline &&

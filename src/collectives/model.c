@@ -138,14 +138,15 @@ double hoop__predict(const struct hoop_comm *comm, hoop_coll_t coll,
   return latency + link_bytes(coll, algo, n, k) * comm->beta_s;
 }
 
-hoop_algo_t hoop__choose_algo(const struct hoop_comm *comm, hoop_coll_t coll,
+hoop_algo_t hoop__choose_algo(const struct hoop_comm *comm,
+                              hoop_algo_t setting, hoop_coll_t coll,
                               size_t bytes) {
   int rooted = coll == HOOP_COLL_BROADCAST || coll == HOOP_COLL_REDUCE;
   if (coll == HOOP_COLL_REDUCE_SCATTER || coll == HOOP_COLL_ALLGATHER)
     return HOOP_ALGO_RING;
-  if (comm->algo == HOOP_ALGO_RING || comm->algo == HOOP_ALGO_TREE)
-    return comm->algo;
-  if (comm->algo == HOOP_ALGO_PS && !rooted)
+  if (setting == HOOP_ALGO_RING || setting == HOOP_ALGO_TREE)
+    return setting;
+  if (setting == HOOP_ALGO_PS && !rooted)
     return HOOP_ALGO_PS;
   /* AUTO (and PS for broadcast/reduce, which it does not apply to). */
   hoop_algo_t best = HOOP_ALGO_RING;
@@ -162,27 +163,23 @@ hoop_algo_t hoop__choose_algo(const struct hoop_comm *comm, hoop_coll_t coll,
 }
 
 hoop_result_t hoop_comm_set_algo(hoop_comm_t comm, hoop_algo_t algo) {
-  HOOP_CHECK(hoop__comm_enter(comm, "hoop_comm_set_algo"));
-  hoop_result_t res = HOOP_SUCCESS;
-  if ((unsigned)algo > HOOP_ALGO_PS) {
-    res = HOOP_ERROR(comm, HOOP_ERR_INVALID_ARGUMENT,
-                     "hoop_comm_set_algo: %d is not auto, ring, tree or ps",
-                     (int)algo);
-  } else {
-    comm->algo = algo;
-    comm->algo_source = "hoop_comm_set_algo";
-  }
-  hoop__comm_leave(comm);
-  return res;
+  HOOP_CHECK(hoop__comm_check_live(comm, "hoop_comm_set_algo"));
+  if ((unsigned)algo > HOOP_ALGO_PS)
+    return HOOP_ERROR(comm, HOOP_ERR_INVALID_ARGUMENT,
+                      "hoop_comm_set_algo: %d is not auto, ring, tree or ps",
+                      (int)algo);
+  __atomic_store_n(&comm->algo_source, "hoop_comm_set_algo",
+                   __ATOMIC_RELEASE);
+  __atomic_store_n(&comm->algo, algo, __ATOMIC_RELEASE);
+  return HOOP_SUCCESS;
 }
 
 hoop_result_t hoop_comm_get_algo(hoop_comm_t comm, hoop_algo_t *algo) {
   if (algo == NULL)
     return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
                       "hoop_comm_get_algo: algo is NULL");
-  HOOP_CHECK(hoop__comm_enter(comm, "hoop_comm_get_algo"));
-  *algo = comm->algo;
-  hoop__comm_leave(comm);
+  HOOP_CHECK(hoop__comm_check_live(comm, "hoop_comm_get_algo"));
+  *algo = hoop__comm_algo(comm);
   return HOOP_SUCCESS;
 }
 
@@ -194,11 +191,10 @@ hoop_result_t hoop_comm_predict(hoop_comm_t comm, hoop_coll_t coll,
     return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
                       "hoop_comm_predict: bad collective, algorithm or "
                       "NULL result");
-  HOOP_CHECK(hoop__comm_enter(comm, "hoop_comm_predict"));
+  HOOP_CHECK(hoop__comm_check_live(comm, "hoop_comm_predict"));
   if (algo == HOOP_ALGO_AUTO)
-    algo = hoop__choose_algo(comm, coll, bytes);
+    algo = hoop__choose_algo(comm, hoop__comm_algo(comm), coll, bytes);
   *seconds = hoop__predict(comm, coll, algo, bytes);
-  hoop__comm_leave(comm);
   return HOOP_SUCCESS;
 }
 
@@ -209,7 +205,7 @@ hoop_result_t hoop_comm_get_model(hoop_comm_t comm, hoop_model_t *model) {
   HOOP_CHECK(hoop__check_versioned(
       "hoop_comm_get_model", "hoop_model_t", "HOOP_MODEL_INIT", model,
       offsetof(hoop_model_t, alpha_s), sizeof *model, HOOP_MODEL_VERSION));
-  HOOP_CHECK(hoop__comm_enter(comm, "hoop_comm_get_model"));
+  HOOP_CHECK(hoop__comm_check_live(comm, "hoop_comm_get_model"));
   hoop_model_t full = {
       .alpha_s = comm->alpha_s,
       .link_beta_s = comm->beta_s,
@@ -219,6 +215,5 @@ hoop_result_t hoop_comm_get_model(hoop_comm_t comm, hoop_model_t *model) {
       .host_shm = comm->host_shm,
   };
   hoop__fill_versioned(model, &full, offsetof(hoop_model_t, alpha_s));
-  hoop__comm_leave(comm);
   return HOOP_SUCCESS;
 }

@@ -17,8 +17,12 @@ struct hoop_comm;
 double hoop__predict(const struct hoop_comm *comm, hoop_coll_t coll,
                      hoop_algo_t algo, size_t bytes);
 
-/* The communicator's setting, or the model's cheapest when it is AUTO. */
-hoop_algo_t hoop__choose_algo(const struct hoop_comm *comm, hoop_coll_t coll,
+/*
+ * What `setting` (the communicator's, when the call was made) runs for
+ * the call: the setting itself, or the model's cheapest when it is AUTO.
+ */
+hoop_algo_t hoop__choose_algo(const struct hoop_comm *comm,
+                              hoop_algo_t setting, hoop_coll_t coll,
                               size_t bytes);
 
 #endif /* HOOP_MODEL_H */

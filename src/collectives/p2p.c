@@ -6,6 +6,7 @@
  * hash of its message sizes, so a receive that does not match its send
  * fails on both ranks instead of splitting data differently.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -142,7 +143,7 @@ static hoop_result_t run_requests(struct hoop_comm *comm,
   } else if (res != HOOP_ERR_INVALID_ARGUMENT) {
     /* Out of memory too: the peers are in the call and must be told. */
     char cause[HOOP_ERROR_MAX];
-    memcpy(cause, comm->last_error, sizeof cause);
+    snprintf(cause, sizeof cause, "%s", hoop_last_error());
     HOOP_ERROR(comm, res, "rank %d: %s failed: %s", comm->rank,
                hoop__coll_name(coll), cause);
     hoop__comm_break(comm, res);

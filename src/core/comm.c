@@ -16,7 +16,6 @@
 #include <sys/random.h>
 #include <unistd.h>
 
-#include "collectives/device.h"
 #include "core/bootstrap.h"
 #include "core/error.h"
 #include "core/param.h"
@@ -190,6 +189,35 @@ static bool take_pending(struct hoop_comm *comm, int peer, int channel,
  */
 #define NOTICE_CHANNEL (-1)
 
+/* Keeps the error that broke the communicator, then publishes it. */
+static void set_broken(struct hoop_comm *comm, hoop_result_t result) {
+  pthread_mutex_lock(&comm->state_lock);
+  memcpy(comm->broken_reason, comm->last_error, sizeof comm->broken_reason);
+  pthread_mutex_unlock(&comm->state_lock);
+  __atomic_store_n(&comm->broken, result, __ATOMIC_RELEASE);
+}
+
+hoop_result_t hoop__comm_broken(const struct hoop_comm *comm) {
+  return __atomic_load_n(&comm->broken, __ATOMIC_ACQUIRE);
+}
+
+void hoop__comm_broken_reason(struct hoop_comm *comm, char *buf,
+                              size_t len) {
+  pthread_mutex_lock(&comm->state_lock);
+  snprintf(buf, len, "%s", comm->broken_reason);
+  pthread_mutex_unlock(&comm->state_lock);
+}
+
+hoop_result_t hoop__comm_device_drain(struct hoop_comm *comm) {
+  const struct hoop_device_ops *ops =
+      __atomic_load_n(&comm->device_ops, __ATOMIC_ACQUIRE);
+  return ops != NULL ? ops->drain(comm) : HOOP_SUCCESS;
+}
+
+hoop_algo_t hoop__comm_algo(const struct hoop_comm *comm) {
+  return __atomic_load_n(&comm->algo, __ATOMIC_ACQUIRE);
+}
+
 /*
  * A notice that comes while this rank is still joining is kept: joining
  * succeeds (the connections are fine) and the first call reports it.
@@ -201,8 +229,7 @@ static hoop_result_t notice_error(struct hoop_comm *comm, int from,
                                  "rank %d failed first: %s", from, reason);
   if (!comm->joining)
     return res;
-  comm->broken = res;
-  memcpy(comm->broken_reason, comm->last_error, sizeof comm->broken_reason);
+  set_broken(comm, res);
   return HOOP_SUCCESS;
 }
 
@@ -323,10 +350,9 @@ hoop_result_t hoop__comm_conn(struct hoop_comm *comm, int peer, int channel,
 }
 
 void hoop__comm_break(struct hoop_comm *comm, hoop_result_t result) {
-  if (comm->broken != HOOP_SUCCESS)
+  if (hoop__comm_broken(comm) != HOOP_SUCCESS)
     return;
-  comm->broken = result;
-  memcpy(comm->broken_reason, comm->last_error, sizeof comm->broken_reason);
+  set_broken(comm, result);
   /* Only the rank that saw the failure first tells the others. */
   if (!comm->notice_received && result != HOOP_ERR_ABORTED)
     send_notices(comm);
@@ -373,12 +399,15 @@ hoop_result_t hoop__comm_enter(struct hoop_comm *comm, const char *what) {
   if (was_busy)
     return HOOP_ERROR(comm, HOOP_ERR_INVALID_USAGE,
                       "%s: another thread is using this communicator", what);
-  if (comm->broken != HOOP_SUCCESS) {
+  hoop_result_t broken = hoop__comm_broken(comm);
+  if (broken != HOOP_SUCCESS) {
     hoop__comm_leave(comm);
-    return HOOP_ERROR(comm, comm->broken,
+    char reason[HOOP_ERROR_MAX];
+    hoop__comm_broken_reason(comm, reason, sizeof reason);
+    return HOOP_ERROR(comm, broken,
                       "%s: communicator is broken by an earlier error and "
                       "must be destroyed; that error was: %s",
-                      what, comm->broken_reason);
+                      what, reason);
   }
   return HOOP_SUCCESS;
 }
@@ -393,7 +422,9 @@ static void comm_free(struct hoop_comm *comm) {
   if (comm == NULL)
     return;
   /* Queued device calls finish (or fail, once aborted) before teardown. */
-  hoop__device_free(comm);
+  const struct hoop_device_ops *ops = comm->device_ops;
+  if (ops != NULL)
+    ops->free(comm);
   if (comm->conns != NULL) {
     for (int i = 0; i < comm->nranks * comm->nsocks; i++) {
       if (comm->conns[i] != NULL)
@@ -415,6 +446,7 @@ static void comm_free(struct hoop_comm *comm) {
   free(comm->scratch);
   for (int i = 0; i < HOOP_PLAN_CACHE; i++)
     hoop__plan_free(&comm->plans[i]);
+  pthread_mutex_destroy(&comm->state_lock);
   free(comm);
 }
 
@@ -566,6 +598,7 @@ hoop_result_t hoop__comm_create(struct hoop_comm **out, int nranks, int rank,
   struct hoop_comm *comm = calloc(1, sizeof *comm);
   if (comm == NULL)
     return HOOP_ERROR(NULL, HOOP_ERR_NO_MEMORY, "communicator");
+  pthread_mutex_init(&comm->state_lock, NULL);
   comm->listen_fd = -1;
   comm->rank = rank;
   comm->nranks = nranks;
@@ -591,6 +624,7 @@ hoop_result_t hoop__comm_create(struct hoop_comm **out, int nranks, int rank,
   comm->joining = true;
   HOOP_CHECK_GOTO(hoop__bootstrap(comm, &uid), res, out_free);
   learn_host(comm);
+  HOOP_CHECK_GOTO(hoop__comm_index_hosts(comm), res, out_free);
   /*
    * Connect every peer now (and the ring neighbours on every channel): a
    * bad network fails here and not mid-job, and building a call's plan
@@ -672,7 +706,7 @@ hoop_result_t hoop_comm_destroy(hoop_comm_t comm) {
                       "hoop_comm_destroy: communicator is NULL");
   /* Like ncclCommDestroy, let calls queued on streams finish first. */
   if (registry_has(comm))
-    hoop__device_drain(comm);
+    hoop__comm_device_drain(comm);
   switch (registry_remove(comm, true)) {
   case NOT_LIVE:
     return not_live(comm, "hoop_comm_destroy");
@@ -726,7 +760,12 @@ hoop_result_t hoop_comm_size(hoop_comm_t comm, int *nranks) {
 }
 
 const char *hoop_comm_last_error(hoop_comm_t comm) {
+  /* A copy per thread: the proxy may write the communicator's meanwhile. */
+  static _Thread_local char copy[HOOP_ERROR_MAX];
   if (comm == NULL || !registry_has(comm))
     return "communicator is not live (destroyed, aborted or never created)";
-  return comm->last_error;
+  pthread_mutex_lock(&comm->state_lock);
+  memcpy(copy, comm->last_error, sizeof copy);
+  pthread_mutex_unlock(&comm->state_lock);
+  return copy;
 }

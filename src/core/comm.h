@@ -6,6 +6,7 @@
 #ifndef HOOP_COMM_H
 #define HOOP_COMM_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -46,6 +47,18 @@ struct hoop_pending_sock {
   int channel;
 };
 
+/*
+ * What core asks of the device layer (collectives/device_*.c), which
+ * installs these with its proxy on a communicator's first device call:
+ * core waits for and stops queued device calls without knowing of them.
+ */
+struct hoop_device_ops {
+  /* Waits until the queued calls have run; their first error. */
+  hoop_result_t (*drain)(struct hoop_comm *comm);
+  /* Stops the proxy once the queue drains and frees what it holds. */
+  void (*free)(struct hoop_comm *comm);
+};
+
 struct hoop_comm {
   int rank;
   int nranks;
@@ -64,23 +77,39 @@ struct hoop_comm {
   size_t pipeline_bytes; /* outbox budget per channel */
   long long spin_ns;     /* busy-poll this long before yielding */
   long long yield_ns;    /* then yield the core this long before sleeping */
-  hoop_algo_t algo;      /* HOOP_ALGO or hoop_comm_set_algo; AUTO asks */
-  /* Where algo came from: "default", "HOOP_ALGO" or "hoop_comm_set_algo". */
+  /*
+   * HOOP_ALGO or hoop_comm_set_algo; AUTO asks.  Read and written
+   * atomically (hoop__comm_algo), since another thread may set it while
+   * calls run; each call reads it once, when it is made.
+   */
+  hoop_algo_t algo;
+  /*
+   * Where algo came from: "default", "HOOP_ALGO" or "hoop_comm_set_algo";
+   * read and written atomically with it.
+   */
   const char *algo_source;
   double alpha_s;        /* cost model: seconds per message */
   double beta_s;         /* cost model: seconds per byte on a link */
   double host_beta_s;    /* cost model: seconds per byte copied on a host */
   int single_host;       /* every rank shares this rank's host */
   int host_shm;          /* ... and this rank reaches all of them by shm */
-  int *host_index;       /* [nranks] once asked for (core/topology.c) */
+  int *host_index;       /* [nranks], numbered at creation (topology.c) */
   int host_cores;        /* online cores of this host */
 
+  /*
+   * What another thread may read while this communicator's calls run (a
+   * watchdog polling it, the device proxy failing a call): the counters,
+   * last_error and broken_reason.  Held only to copy them, never across a
+   * call that may fail.
+   */
+  pthread_mutex_t state_lock;
   hoop_stats_t stats;
   uint64_t *peer_sent;     /* [nranks] payload bytes */
   uint64_t *peer_received; /* [nranks] */
 
   uint64_t seq; /* collectives started, the same on every rank */
-  hoop_result_t broken; /* HOOP_SUCCESS, or the error that broke it */
+  /* HOOP_SUCCESS, or the error that broke it; read atomically. */
+  hoop_result_t broken;
   int aborted;          /* set by hoop_comm_abort, read atomically */
   bool notice_received; /* a peer reported the failure that broke us */
   bool joining;         /* still in hoop_comm_init_*: notices wait */
@@ -98,6 +127,8 @@ struct hoop_comm {
   uint64_t plan_used[HOOP_PLAN_CACHE]; /* seq of each plan's last call */
 
   struct hoop_device *device; /* device-buffer proxy, made on first use */
+  /* Installed with it, read atomically (hoop__comm_device_drain). */
+  const struct hoop_device_ops *device_ops;
 
   char last_error[HOOP_ERROR_MAX];
   char broken_reason[HOOP_ERROR_MAX]; /* the error that broke it */
@@ -105,10 +136,27 @@ struct hoop_comm {
 
 /*
  * HOOP_SUCCESS when `comm` is a live communicator, else an error naming
- * `what`.  Unlike hoop__comm_enter it does not claim the communicator.
+ * `what`.  Unlike hoop__comm_enter it does not claim the communicator: the
+ * queries use it, and read only what is fixed at creation or kept under
+ * state_lock or atomics, so that they may run beside the calls.
  */
 hoop_result_t hoop__comm_check_live(const struct hoop_comm *comm,
                                     const char *what);
+
+/*
+ * Waits for the device calls queued so far, from any thread; their first
+ * error, HOOP_SUCCESS when there are none.
+ */
+hoop_result_t hoop__comm_device_drain(struct hoop_comm *comm);
+
+/* HOOP_SUCCESS, or the error that broke the communicator. */
+hoop_result_t hoop__comm_broken(const struct hoop_comm *comm);
+
+/* The algorithm setting, read once by each call when it is made. */
+hoop_algo_t hoop__comm_algo(const struct hoop_comm *comm);
+
+/* The error that broke the communicator, copied into buf; "" if none. */
+void hoop__comm_broken_reason(struct hoop_comm *comm, char *buf, size_t len);
 
 /* "rank 3 (10.0.0.2:41234, host node7)", for error messages. */
 const char *hoop__peer_desc(const struct hoop_comm *comm, int peer,
@@ -181,6 +229,12 @@ hoop_result_t hoop__comm_iface(const hoop_config_t *config,
  * HOOP_TRANSPORT.  Valid once the communicator is joined.
  */
 int hoop__comm_peers_mappable(const struct hoop_comm *comm);
+
+/*
+ * Numbers the hosts (comm->host_index) once the peers are known, so that
+ * hoop_comm_rank_info only reads.
+ */
+hoop_result_t hoop__comm_index_hosts(struct hoop_comm *comm);
 
 /* Rank 0's one-line INFO banner for a new communicator (topology.c). */
 void hoop__comm_log_banner(const struct hoop_comm *comm);

@@ -40,8 +40,11 @@ hoop_result_t hoop__error(struct hoop_comm *comm, hoop_result_t result,
   va_start(ap, fmt);
   vsnprintf(thread_last_error, sizeof thread_last_error, fmt, ap);
   va_end(ap);
-  if (comm != NULL)
+  if (comm != NULL) {
+    pthread_mutex_lock(&comm->state_lock);
     memcpy(comm->last_error, thread_last_error, sizeof comm->last_error);
+    pthread_mutex_unlock(&comm->state_lock);
+  }
   /*
    * Argument errors are the caller's to report; failures that involve the
    * system or a peer are logged so that a job never dies silently.

@@ -2,7 +2,6 @@
 #include <stddef.h>
 #include <string.h>
 
-#include "collectives/device.h"
 #include "core/comm.h"
 #include "core/engine.h"
 #include "core/error.h"
@@ -11,6 +10,7 @@
 
 void hoop__stats_count(struct hoop_comm *comm, const struct hoop_plan *plan,
                        hoop_coll_t label, hoop_algo_t algo, long long ns) {
+  pthread_mutex_lock(&comm->state_lock);
   hoop_coll_stats_t *s = &comm->stats.by_coll[label][algo];
   s->calls++;
   s->time_ns += (uint64_t)ns;
@@ -28,11 +28,13 @@ void hoop__stats_count(struct hoop_comm *comm, const struct hoop_plan *plan,
       s->bytes_received += l->bytes;
     }
   }
+  pthread_mutex_unlock(&comm->state_lock);
 }
 
 void hoop__stats_count_peers(struct hoop_comm *comm, hoop_coll_t label,
                              hoop_algo_t algo, long long ns,
                              const uint64_t *sent, const uint64_t *received) {
+  pthread_mutex_lock(&comm->state_lock);
   hoop_coll_stats_t *s = &comm->stats.by_coll[label][algo];
   s->calls++;
   s->time_ns += (uint64_t)ns;
@@ -44,6 +46,18 @@ void hoop__stats_count_peers(struct hoop_comm *comm, hoop_coll_t label,
     s->bytes_sent += sent[peer];
     s->bytes_received += received[peer];
   }
+  pthread_mutex_unlock(&comm->state_lock);
+}
+
+/*
+ * The queries wait for the device calls queued before them (their counts
+ * land when the proxy runs them) but never claim the communicator: a
+ * watchdog may poll it while another thread's calls run.
+ */
+static hoop_result_t settle(hoop_comm_t comm, const char *what) {
+  HOOP_CHECK(hoop__comm_check_live(comm, what));
+  hoop__comm_device_drain(comm); /* its failure is the calls' to report */
+  return HOOP_SUCCESS;
 }
 
 hoop_result_t hoop_comm_get_stats(hoop_comm_t comm, hoop_stats_t *stats) {
@@ -53,11 +67,11 @@ hoop_result_t hoop_comm_get_stats(hoop_comm_t comm, hoop_stats_t *stats) {
   HOOP_CHECK(hoop__check_versioned(
       "hoop_comm_get_stats", "hoop_stats_t", "HOOP_STATS_INIT", stats,
       offsetof(hoop_stats_t, bytes_sent), sizeof *stats, HOOP_STATS_VERSION));
-  HOOP_CHECK(hoop__comm_enter(comm, "hoop_comm_get_stats"));
-  hoop__device_drain(comm); /* its failure is the calls' to report */
+  HOOP_CHECK(settle(comm, "hoop_comm_get_stats"));
+  pthread_mutex_lock(&comm->state_lock);
   hoop__fill_versioned(stats, &comm->stats,
                        offsetof(hoop_stats_t, bytes_sent));
-  hoop__comm_leave(comm);
+  pthread_mutex_unlock(&comm->state_lock);
   return HOOP_SUCCESS;
 }
 
@@ -66,32 +80,25 @@ hoop_result_t hoop_comm_get_peer_bytes(hoop_comm_t comm, int peer,
   if (sent == NULL || received == NULL)
     return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
                       "hoop_comm_get_peer_bytes: NULL result");
-  HOOP_CHECK(hoop__comm_enter(comm, "hoop_comm_get_peer_bytes"));
-  hoop__device_drain(comm);
-  hoop_result_t res = HOOP_SUCCESS;
-  if (peer < 0 || peer >= comm->nranks) {
-    res = HOOP_ERROR(comm, HOOP_ERR_INVALID_ARGUMENT,
-                     "hoop_comm_get_peer_bytes: peer %d is outside 0..%d",
-                     peer, comm->nranks - 1);
-  } else {
-    *sent = comm->peer_sent[peer];
-    *received = comm->peer_received[peer];
-  }
-  hoop__comm_leave(comm);
-  return res;
+  HOOP_CHECK(settle(comm, "hoop_comm_get_peer_bytes"));
+  if (peer < 0 || peer >= comm->nranks)
+    return HOOP_ERROR(comm, HOOP_ERR_INVALID_ARGUMENT,
+                      "hoop_comm_get_peer_bytes: peer %d is outside 0..%d",
+                      peer, comm->nranks - 1);
+  pthread_mutex_lock(&comm->state_lock);
+  *sent = comm->peer_sent[peer];
+  *received = comm->peer_received[peer];
+  pthread_mutex_unlock(&comm->state_lock);
+  return HOOP_SUCCESS;
 }
 
 hoop_result_t hoop_comm_reset_stats(hoop_comm_t comm) {
-  HOOP_CHECK(hoop__comm_enter(comm, "hoop_comm_reset_stats"));
-  /*
-   * As for reading: device calls queued before the reset are counted when
-   * they finish, which without the wait would be after it.
-   */
-  hoop__device_drain(comm);
+  HOOP_CHECK(settle(comm, "hoop_comm_reset_stats"));
+  pthread_mutex_lock(&comm->state_lock);
   memset(&comm->stats, 0, sizeof comm->stats);
   memset(comm->peer_sent, 0, sizeof *comm->peer_sent * (size_t)comm->nranks);
   memset(comm->peer_received, 0,
          sizeof *comm->peer_received * (size_t)comm->nranks);
-  hoop__comm_leave(comm);
+  pthread_mutex_unlock(&comm->state_lock);
   return HOOP_SUCCESS;
 }

@@ -33,13 +33,10 @@ static int cmp_by_host(const void *a, const void *b) {
 }
 
 /*
- * comm->host_index, made on first use: hosts are numbered by their lowest
- * rank, so every rank agrees.  Sorting by host keeps it O(n log n) for
- * large jobs.
+ * Hosts are numbered by their lowest rank, so every rank agrees.  Sorting
+ * by host keeps it O(n log n) for large jobs.
  */
-static hoop_result_t host_indices(struct hoop_comm *comm) {
-  if (comm->host_index != NULL)
-    return HOOP_SUCCESS;
+hoop_result_t hoop__comm_index_hosts(struct hoop_comm *comm) {
   int n = comm->nranks;
   struct by_host *order = malloc(sizeof *order * (size_t)n);
   int *lowest = malloc(sizeof *lowest * (size_t)n);
@@ -79,10 +76,8 @@ hoop_result_t hoop_comm_rank_info(hoop_comm_t comm, int rank,
       "hoop_comm_rank_info", "hoop_rank_info_t", "HOOP_RANK_INFO_INIT", info,
       offsetof(hoop_rank_info_t, host), sizeof *info,
       HOOP_RANK_INFO_VERSION));
-  HOOP_CHECK(hoop__comm_enter(comm, "hoop_comm_rank_info"));
+  HOOP_CHECK(hoop__comm_check_live(comm, "hoop_comm_rank_info"));
   hoop_result_t res = check_rank(comm, "hoop_comm_rank_info", rank);
-  if (res == HOOP_SUCCESS)
-    res = host_indices(comm);
   if (res == HOOP_SUCCESS) {
     const struct hoop_peer_info *p = &comm->peers[rank];
     hoop_rank_info_t full = {
@@ -96,7 +91,6 @@ hoop_result_t hoop_comm_rank_info(hoop_comm_t comm, int rank,
     full.hostname[sizeof full.hostname - 1] = '\0';
     hoop__fill_versioned(info, &full, offsetof(hoop_rank_info_t, host));
   }
-  hoop__comm_leave(comm);
   return res;
 }
 
@@ -105,7 +99,7 @@ hoop_result_t hoop_comm_transport(hoop_comm_t comm, int a, int b,
   if (name == NULL)
     return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
                       "hoop_comm_transport: name is NULL");
-  HOOP_CHECK(hoop__comm_enter(comm, "hoop_comm_transport"));
+  HOOP_CHECK(hoop__comm_check_live(comm, "hoop_comm_transport"));
   hoop_result_t res = check_rank(comm, "hoop_comm_transport", a);
   if (res == HOOP_SUCCESS)
     res = check_rank(comm, "hoop_comm_transport", b);
@@ -122,7 +116,6 @@ hoop_result_t hoop_comm_transport(hoop_comm_t comm, int a, int b,
                        "%d and %d (HOOP_TRANSPORT names one that cannot)",
                        a, b);
   }
-  hoop__comm_leave(comm);
   return res;
 }
 
