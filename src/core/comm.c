@@ -332,19 +332,47 @@ static void send_notices(struct hoop_comm *comm) {
   }
 }
 
-hoop_result_t hoop__comm_open_socket(struct hoop_comm *comm, int peer,
-                                     int channel, int *fd) {
-  long long deadline = hoop__now_ms() + comm->timeout_ms;
-  if (comm->rank < peer)
-    return dial(comm, peer, channel, deadline, fd);
-  return accept_from(comm, peer, channel, deadline, fd);
+struct open_ctx {
+  struct hoop_comm *comm;
+  int peer;
+  int channel;
+  long long deadline;
+};
+
+/* The transports' socket opener (hoop_conn_setup.open_socket). */
+static hoop_result_t open_socket(void *arg, int *fd) {
+  const struct open_ctx *o = arg;
+  if (o->comm->rank < o->peer)
+    return dial(o->comm, o->peer, o->channel, o->deadline, fd);
+  return accept_from(o->comm, o->peer, o->channel, o->deadline, fd);
 }
 
 hoop_result_t hoop__comm_conn(struct hoop_comm *comm, int peer, int channel,
                               struct hoop_conn **conn) {
   struct hoop_conn **slot = &comm->conns[peer * comm->nsocks + channel];
-  if (*slot == NULL)
-    HOOP_CHECK(hoop__transport_connect(comm, peer, channel, slot));
+  if (*slot == NULL) {
+    char desc[128];
+    struct open_ctx ctx = {comm, peer, channel,
+                           hoop__now_ms() + comm->timeout_ms};
+    struct hoop_conn_setup setup = {
+        .rank = comm->rank,
+        .peer = peer,
+        .channel = channel,
+        .comm_id = comm->comm_id,
+        .deadline = ctx.deadline,
+        .slice_bytes = comm->slice_bytes,
+        .sockbuf_bytes = comm->sockbuf_bytes,
+        .peer_desc = hoop__peer_desc(comm, peer, desc, sizeof desc),
+        .open_socket = open_socket,
+        .ctx = &ctx,
+    };
+    hoop_result_t res = hoop__transport_connect(
+        &comm->peers[comm->rank], &comm->peers[peer], &setup, slot);
+    if (res != HOOP_SUCCESS) {
+      hoop__error_attach(comm);
+      return res;
+    }
+  }
   *conn = *slot;
   return HOOP_SUCCESS;
 }
@@ -558,7 +586,7 @@ static void learn_host(struct hoop_comm *comm) {
   comm->host_shm = comm->single_host;
   for (int i = 0; i < comm->nranks; i++)
     if (i != comm->rank &&
-        hoop__transport_pick(comm, comm->rank, i) != &hoop__shm_transport)
+        hoop__transport_pick(me, &comm->peers[i]) != &hoop__shm_transport)
       comm->host_shm = 0;
   int crowded = sharing > comm->host_cores;
   comm->spin_ns = crowded ? 0 : (long long)hoop__param_spin_us() * 1000;

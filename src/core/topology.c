@@ -105,7 +105,8 @@ hoop_result_t hoop_comm_transport(hoop_comm_t comm, int a, int b,
     res = check_rank(comm, "hoop_comm_transport", b);
   if (res == HOOP_SUCCESS) {
     const struct hoop_transport_ops *t =
-        a == b ? NULL : hoop__transport_pick(comm, a, b);
+        a == b ? NULL
+               : hoop__transport_pick(&comm->peers[a], &comm->peers[b]);
     if (a == b)
       *name = "self";
     else if (t != NULL)
@@ -132,8 +133,8 @@ static void describe_transports(const struct hoop_comm *comm, int same_host,
     if (peer == comm->rank ||
         (comm->peers[peer].host_hash == mine) != same_host)
       continue;
-    const struct hoop_transport_ops *t =
-        hoop__transport_pick(comm, comm->rank, peer);
+    const struct hoop_transport_ops *t = hoop__transport_pick(
+        &comm->peers[comm->rank], &comm->peers[peer]);
     const char *name = t != NULL ? t->name : "?";
     int k = 0;
     while (k < kinds && strcmp(names[k], name) != 0)
