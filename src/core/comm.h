@@ -143,6 +143,8 @@ hoop_algo_t hoop__comm_algo(const struct hoop_comm *comm);
 /* The error that broke the communicator, copied into buf; "" if none. */
 void hoop__comm_broken_reason(struct hoop_comm *comm, char *buf, size_t len);
 
+/* ---- connection set-up (connect.c) ------------------------------------ */
+
 /* "rank 3 (10.0.0.2:41234, host node7, pid 12)", for error messages. */
 const char *hoop__peer_desc(const struct hoop_comm *comm, int peer,
                             char *buf, size_t len);
@@ -171,6 +173,11 @@ void hoop__comm_break(struct hoop_comm *comm, hoop_result_t result);
  * that arrive meanwhile are kept for the connection they are for.
  */
 hoop_result_t hoop__comm_check_notices(struct hoop_comm *comm, int wait_ms);
+
+/* Closes the accepted dials that nobody asked for, at teardown. */
+void hoop__comm_drop_pending(struct hoop_comm *comm);
+
+/* ---- elsewhere in core -------------------------------------------------- */
 
 /* Adds what a finished plan moved, and its time, to the counters. */
 void hoop__stats_count(struct hoop_comm *comm, const struct hoop_plan *plan,
