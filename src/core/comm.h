@@ -217,6 +217,13 @@ hoop_result_t hoop__comm_iface(const hoop_config_t *config,
 int hoop__comm_peers_mappable(const struct hoop_comm *comm);
 
 /*
+ * Where the ranks are, once they are known: whether they all share this
+ * host and reach each other by shm, its cores, and from those how long
+ * the engine spins and yields (topology.c).
+ */
+void hoop__comm_learn_host(struct hoop_comm *comm);
+
+/*
  * Numbers the hosts (comm->host_index) once the peers are known, so that
  * hoop_comm_rank_info only reads.
  */
