@@ -132,7 +132,8 @@ hoop_result_t hoop__ipc_path_open(struct hoop_comm *comm, int device,
   struct hoop_ipc_export *exports =
       calloc((size_t)comm->nranks, sizeof *exports);
   if (p != NULL) {
-    hoop__ipc_create(comm, device, (size_t)chunk, &p->ipc, &me.x);
+    hoop__ipc_create(comm->comm_id, comm->rank, comm->nranks, device,
+                     (size_t)chunk, &p->ipc, &me.x);
     p->sent = calloc((size_t)comm->nranks, sizeof *p->sent);
     p->received = calloc((size_t)comm->nranks, sizeof *p->received);
   }

@@ -13,6 +13,7 @@
 
 #include "hoop.h"
 #include "core/engine.h"
+#include "core/peer.h"
 #include "core/socket.h"
 
 #define HOOP_PLAN_CACHE 8
@@ -20,22 +21,6 @@
 #define HOOP_ERROR_MAX 512
 #define HOOP_MAX_RANKS 65536
 #define HOOP_MAX_NSOCKS 16
-
-/* What a rank can do, published at bootstrap. */
-#define HOOP_CAP_SHM 1u /* can create POSIX shared memory segments */
-
-/* What every rank publishes about itself at bootstrap. */
-struct hoop_peer_info {
-  struct hoop_addr addr; /* where it accepts data connections */
-  uint64_t host_hash;    /* boot id + hostname + network namespace */
-  uint64_t machine_hash; /* boot id: ranks sharing this kernel's cores */
-  int32_t rank;
-  int32_t pid;
-  uint32_t caps;         /* HOOP_CAP_* */
-  int16_t cuda_devices;  /* present on the host, used or not */
-  int16_t verbs_devices;
-  char hostname[64];
-};
 
 struct hoop_conn;
 
@@ -158,7 +143,9 @@ hoop_algo_t hoop__comm_algo(const struct hoop_comm *comm);
 /* The error that broke the communicator, copied into buf; "" if none. */
 void hoop__comm_broken_reason(struct hoop_comm *comm, char *buf, size_t len);
 
-/* "rank 3 (10.0.0.2:41234, host node7)", for error messages. */
+/* ---- connection set-up (connect.c) ------------------------------------ */
+
+/* "rank 3 (10.0.0.2:41234, host node7, pid 12)", for error messages. */
 const char *hoop__peer_desc(const struct hoop_comm *comm, int peer,
                             char *buf, size_t len);
 
@@ -167,17 +154,11 @@ const char *hoop__peer_desc(const struct hoop_comm *comm, int peer,
  * channel 0 and the ring neighbours' other channels; any other is made on
  * first use, blocking and bounded by the communicator's timeout, and the
  * peer must be asking for the same connection at about the same time.
+ * The transport gets a hoop_conn_setup whose socket opener dials (lower
+ * rank) or accepts (higher rank) and handshakes.
  */
 hoop_result_t hoop__comm_conn(struct hoop_comm *comm, int peer, int channel,
                               struct hoop_conn **conn);
-
-/*
- * Connection set-up for transports: a handshaken TCP socket to `peer` for
- * `channel`.  The lower rank dials, the higher accepts, so two ranks never
- * both wait on each other.
- */
-hoop_result_t hoop__comm_open_socket(struct hoop_comm *comm, int peer,
-                                     int channel, int *fd);
 
 /*
  * Marks the communicator broken by `result`, tells every peer why (unless
@@ -189,9 +170,14 @@ void hoop__comm_break(struct hoop_comm *comm, hoop_result_t result);
 /*
  * Waits up to wait_ms for another rank's failure notice on the listening
  * socket; returns HOOP_ERR_REMOTE with its text when one came.  Data dials
- * that arrive meanwhile are kept for hoop__comm_open_socket().
+ * that arrive meanwhile are kept for the connection they are for.
  */
 hoop_result_t hoop__comm_check_notices(struct hoop_comm *comm, int wait_ms);
+
+/* Closes the accepted dials that nobody asked for, at teardown. */
+void hoop__comm_drop_pending(struct hoop_comm *comm);
+
+/* ---- elsewhere in core -------------------------------------------------- */
 
 /* Adds what a finished plan moved, and its time, to the counters. */
 void hoop__stats_count(struct hoop_comm *comm, const struct hoop_plan *plan,
@@ -229,6 +215,13 @@ hoop_result_t hoop__comm_iface(const hoop_config_t *config,
  * HOOP_TRANSPORT.  Valid once the communicator is joined.
  */
 int hoop__comm_peers_mappable(const struct hoop_comm *comm);
+
+/*
+ * Where the ranks are, once they are known: whether they all share this
+ * host and reach each other by shm, its cores, and from those how long
+ * the engine spins and yields (topology.c).
+ */
+void hoop__comm_learn_host(struct hoop_comm *comm);
 
 /*
  * Numbers the hosts (comm->host_index) once the peers are known, so that

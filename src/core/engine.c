@@ -353,9 +353,12 @@ static hoop_result_t wait_for_io(struct hoop_plan *p, long long deadline,
 /*
  * A closed connection is usually the echo of a failure elsewhere; if the
  * rank that failed first says why within a moment, report that instead.
+ * Transports record their errors without the communicator, so the error
+ * is attached to it here first.
  */
 static hoop_result_t prefer_notice(struct hoop_comm *comm,
                                    hoop_result_t res) {
+  hoop__error_attach(comm);
   if (res == HOOP_ERR_REMOTE && !comm->notice_received) {
     hoop_result_t notice = hoop__comm_check_notices(comm, 100);
     if (notice != HOOP_SUCCESS)

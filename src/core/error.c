@@ -59,6 +59,12 @@ hoop_result_t hoop__error(struct hoop_comm *comm, hoop_result_t result,
   return result;
 }
 
+void hoop__error_attach(struct hoop_comm *comm) {
+  pthread_mutex_lock(&comm->state_lock);
+  memcpy(comm->last_error, thread_last_error, sizeof comm->last_error);
+  pthread_mutex_unlock(&comm->state_lock);
+}
+
 long long hoop__now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -20,6 +20,13 @@ hoop_result_t hoop__error(struct hoop_comm *comm, hoop_result_t result,
                           const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 
+/*
+ * Keeps the thread's last error as comm's too.  Transports never see the
+ * communicator and record errors with HOOP_ERROR(NULL, ...); the core
+ * code that called them attaches the error when the call fails.
+ */
+void hoop__error_attach(struct hoop_comm *comm);
+
 #define HOOP_ERROR(comm, result, ...)                                        \
   hoop__error((comm), (result), __FILE__, __LINE__, __VA_ARGS__)
 

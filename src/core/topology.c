@@ -1,8 +1,13 @@
-/* Topology queries over what the ranks published at bootstrap. */
+/*
+ * Topology over what the ranks published at bootstrap: the queries, and
+ * what this rank learns from it when joining (its host, its transports,
+ * how the engine waits).
+ */
 #include "core/comm.h"
 #include "core/error.h"
 #include "core/types.h"
 #include "core/log.h"
+#include "core/param.h"
 #include "hoop_build_config.h"
 #include "transport/transport.h"
 
@@ -10,6 +15,7 @@
 #include <stdlib.h>
 #include <stddef.h>
 #include <string.h>
+#include <unistd.h>
 
 static hoop_result_t check_rank(hoop_comm_t comm, const char *what,
                                 int rank) {
@@ -105,7 +111,8 @@ hoop_result_t hoop_comm_transport(hoop_comm_t comm, int a, int b,
     res = check_rank(comm, "hoop_comm_transport", b);
   if (res == HOOP_SUCCESS) {
     const struct hoop_transport_ops *t =
-        a == b ? NULL : hoop__transport_pick(comm, a, b);
+        a == b ? NULL
+               : hoop__transport_pick(&comm->peers[a], &comm->peers[b]);
     if (a == b)
       *name = "self";
     else if (t != NULL)
@@ -132,8 +139,8 @@ static void describe_transports(const struct hoop_comm *comm, int same_host,
     if (peer == comm->rank ||
         (comm->peers[peer].host_hash == mine) != same_host)
       continue;
-    const struct hoop_transport_ops *t =
-        hoop__transport_pick(comm, comm->rank, peer);
+    const struct hoop_transport_ops *t = hoop__transport_pick(
+        &comm->peers[comm->rank], &comm->peers[peer]);
     const char *name = t != NULL ? t->name : "?";
     int k = 0;
     while (k < kinds && strcmp(names[k], name) != 0)
@@ -192,4 +199,58 @@ void hoop__comm_log_banner(const struct hoop_comm *comm) {
             forced != NULL ? forced : "", forced != NULL ? ")" : "",
             device_path_expected(comm), hoop_algo_name(comm->algo),
             comm->algo_source, where);
+}
+
+/* The longest yield window when this machine's ranks outnumber its cores. */
+#define CROWDED_YIELD_US 200
+
+/*
+ * Where the ranks are: whether they all share this host, and how many
+ * cores it has.  Busy-polling only pays when every rank on this machine
+ * (emulated hosts included: they share its cores) has a core; with more
+ * ranks than cores a spinning rank steals the time its peer needs to
+ * answer.
+ */
+void hoop__comm_learn_host(struct hoop_comm *comm) {
+  const struct hoop_peer_info *me = &comm->peers[comm->rank];
+  int local = 0, sharing = 0;
+  for (int i = 0; i < comm->nranks; i++) {
+    local += comm->peers[i].host_hash == me->host_hash;
+    sharing += comm->peers[i].machine_hash == me->machine_hash;
+  }
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  comm->host_cores = cores > 0 ? (int)cores : 1;
+  comm->single_host = local == comm->nranks;
+  comm->host_shm = comm->single_host;
+  for (int i = 0; i < comm->nranks; i++)
+    if (i != comm->rank &&
+        hoop__transport_pick(me, &comm->peers[i]) != &hoop__shm_transport)
+      comm->host_shm = 0;
+  int crowded = sharing > comm->host_cores;
+  comm->spin_ns = crowded ? 0 : (long long)hoop__param_spin_us() * 1000;
+  /*
+   * Yielding lets a peer on this core run and answer, where spinning
+   * would hold the core until the scheduler preempts: with both cores of
+   * this machine busy, two ranks sharing the other one took 430 us per
+   * 64 KiB shm all-reduce after a 200 us spin and 17 us with none.  The
+   * short default spin (5 us) only saves the system calls of yielding
+   * when the answer is already on its way: a 4 KiB all-reduce on 2 ranks
+   * over shm took 1.5 us without it and 0.95 us with it.
+   *
+   * The yield window (2 ms) is long because sleeping is paid for by
+   * someone else: the last rank into a call, the one its job waits for.
+   * A peer asleep in poll() took 50-65 us to wake on this machine, and an
+   * 87 KB all-reduce of a rank 300-1000 us late took 52-83 us against
+   * 13-18 us with its peer still yielding (hoop-bench -S;
+   * bench/results/2026-11-23-train-comm-late-arrival.md).  With 200 us the
+   * test suite took 372 s, with 2 ms 362 s.  But where ranks outnumber
+   * cores a yielding rank keeps taking turns from one with work: the
+   * parameter server over TCP, 4 ranks on 2 cores, 256 KiB, took 281 us
+   * (median of 8) with 2 ms against 251 with 200 us.  There the window
+   * stays at 200 us.
+   */
+  long long yield_us = hoop__param_yield_us();
+  if (crowded && yield_us > CROWDED_YIELD_US)
+    yield_us = CROWDED_YIELD_US;
+  comm->yield_ns = yield_us * 1000;
 }

@@ -8,7 +8,6 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "core/comm.h"
 #include "core/cuda_sync.h"
 #include "transport/cuda_ipc.h"
 
@@ -61,10 +60,10 @@ static int map_segment(struct hoop_ipc *ipc, int fd) {
   return 1;
 }
 
-static int create_segment(struct hoop_ipc *ipc, const struct hoop_comm *comm) {
+static int create_segment(struct hoop_ipc *ipc, uint64_t comm_id) {
   snprintf(ipc->segment_name, sizeof ipc->segment_name,
            "/hoop-%d-ipc-%016llx", (int)getpid(),
-           (unsigned long long)comm->comm_id);
+           (unsigned long long)comm_id);
   int fd = shm_open(ipc->segment_name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC,
                     0600);
   if (fd < 0) {
@@ -96,7 +95,7 @@ static int open_segment(struct hoop_ipc *ipc, const char *name) {
   return ok;
 }
 
-void hoop__ipc_create(const struct hoop_comm *comm, int device,
+void hoop__ipc_create(uint64_t comm_id, int rank, int nranks, int device,
                       size_t chunk_bytes, struct hoop_ipc **out_ipc,
                       struct hoop_ipc_export *out) {
   memset(out, 0, sizeof *out);
@@ -105,17 +104,17 @@ void hoop__ipc_create(const struct hoop_comm *comm, int device,
   *out_ipc = ipc;
   if (ipc == NULL)
     return;
-  ipc->rank = comm->rank;
-  ipc->nranks = comm->nranks;
+  ipc->rank = rank;
+  ipc->nranks = nranks;
   ipc->device = device;
   ipc->chunk_bytes = chunk_bytes;
   size_t page = (size_t)sysconf(_SC_PAGESIZE);
-  size_t used = (size_t)comm->nranks *
+  size_t used = (size_t)nranks *
                 (COUNTER_STRIDE + HOOP_IPC_RECORDS * sizeof(struct mailbox_slot));
   ipc->segment_bytes = (used + page - 1) / page * page;
-  if (comm->nranks > HOOP_IPC_MAX_RANKS) {
+  if (nranks > HOOP_IPC_MAX_RANKS) {
     fail(ipc, "%d ranks on one host; CUDA IPC serves at most %d",
-         comm->nranks, HOOP_IPC_MAX_RANKS);
+         nranks, HOOP_IPC_MAX_RANKS);
     return;
   }
   if (!hoop__cuda_memops_available()) {
@@ -132,7 +131,7 @@ void hoop__ipc_create(const struct hoop_comm *comm, int device,
                "cudaIpcGetMemHandle"))
     return;
   if (ipc->rank == 0) {
-    if (!create_segment(ipc, comm))
+    if (!create_segment(ipc, comm_id))
       return;
     snprintf(out->segment, sizeof out->segment, "%s", ipc->segment_name);
   }

@@ -25,7 +25,6 @@
 
 #include "reduce/reduce_cuda.h"
 
-struct hoop_comm;
 
 #define HOOP_IPC_MAX_RANKS HOOP_CUDA_MAX_SOURCES
 
@@ -54,11 +53,12 @@ struct hoop_ipc {
 };
 
 /*
- * Allocates this rank's window on `device` (rank 0 also creates the counter
- * segment) and fills *out for the peers.  On failure out->ok is 0 and
- * (*ipc)->why says why; *ipc is NULL only when host memory ran out.
+ * Allocates window `rank` of `nranks` on `device` (rank 0 also creates the
+ * counter segment, named after comm_id) and fills *out for the peers.  On
+ * failure out->ok is 0 and (*ipc)->why says why; *ipc is NULL only when
+ * host memory ran out.
  */
-void hoop__ipc_create(const struct hoop_comm *comm, int device,
+void hoop__ipc_create(uint64_t comm_id, int rank, int nranks, int device,
                       size_t chunk_bytes, struct hoop_ipc **ipc,
                       struct hoop_ipc_export *out);
 

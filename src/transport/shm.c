@@ -33,7 +33,6 @@
 #include <emmintrin.h>
 #endif
 
-#include "core/comm.h"
 #include "core/error.h"
 #include "core/param.h"
 #include "transport/transport.h"
@@ -280,7 +279,7 @@ static bool can_move(const struct shm_conn *c, int send) {
 }
 
 static hoop_result_t peer_gone(struct shm_conn *c, int err) {
-  return HOOP_ERROR(c->base.comm, err == 0 ? HOOP_ERR_REMOTE : HOOP_ERR_SYSTEM,
+  return HOOP_ERROR(NULL, err == 0 ? HOOP_ERR_REMOTE : HOOP_ERR_SYSTEM,
                     "shared memory connection with %s: %s", c->base.peer_desc,
                     err == 0 ? "the peer closed it (it exited, failed or "
                                "aborted)"
@@ -365,7 +364,7 @@ static hoop_result_t map_segment(struct shm_conn *c, int fd, size_t bytes,
   void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
                  MAP_SHARED | MAP_POPULATE, fd, 0);
   if (p == MAP_FAILED)
-    return HOOP_ERROR(c->base.comm, HOOP_ERR_SYSTEM,
+    return HOOP_ERROR(NULL, HOOP_ERR_SYSTEM,
                       "mmap of shared memory segment %s (%zu bytes) for %s: "
                       "%s",
                       name, bytes, c->base.peer_desc, strerror(errno));
@@ -375,18 +374,19 @@ static hoop_result_t map_segment(struct shm_conn *c, int fd, size_t bytes,
 }
 
 /* The lower rank makes the segment and offers it to its peer. */
-static hoop_result_t create_segment(struct shm_conn *c, struct shm_offer *o) {
-  struct hoop_comm *comm = c->base.comm;
+static hoop_result_t create_segment(struct shm_conn *c,
+                                    const struct hoop_conn_setup *setup,
+                                    struct shm_offer *o) {
   uint32_t nonce;
   if (getentropy(&nonce, sizeof nonce) != 0)
     nonce = (uint32_t)hoop__now_ns();
   /* The pid first: a leaked segment names the process that made it. */
   snprintf(o->name, sizeof o->name, "/hoop-%d-%016llx-%d-%d-%d-%08x",
-           (int)getpid(), (unsigned long long)comm->comm_id, comm->rank,
+           (int)getpid(), (unsigned long long)setup->comm_id, setup->rank,
            c->base.peer, c->base.channel, nonce);
   int fd = shm_open(o->name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0)
-    return HOOP_ERROR(comm, HOOP_ERR_SYSTEM,
+    return HOOP_ERROR(NULL, HOOP_ERR_SYSTEM,
                       "shm_open(%s) for %s: %s (HOOP_TRANSPORT=tcp avoids "
                       "shared memory)",
                       o->name, c->base.peer_desc, strerror(errno));
@@ -397,7 +397,7 @@ static hoop_result_t create_segment(struct shm_conn *c, struct shm_offer *o) {
   int err = posix_fallocate(fd, 0, (off_t)o->segment_bytes);
   hoop_result_t res = HOOP_SUCCESS;
   if (err != 0)
-    res = HOOP_ERROR(comm, HOOP_ERR_SYSTEM,
+    res = HOOP_ERROR(NULL, HOOP_ERR_SYSTEM,
                      "cannot reserve %llu bytes in /dev/shm for %s: %s "
                      "(see df /dev/shm; HOOP_SHM_SLOTS and "
                      "HOOP_SHM_SLOT_BYTES make segments smaller, "
@@ -419,7 +419,6 @@ static hoop_result_t create_segment(struct shm_conn *c, struct shm_offer *o) {
 /* The higher rank maps what its peer offered, then unlinks it. */
 static hoop_result_t open_segment(struct shm_conn *c,
                                   const struct shm_offer *o) {
-  struct hoop_comm *comm = c->base.comm;
   char name[sizeof o->name + 1];
   memcpy(name, o->name, sizeof o->name);
   name[sizeof o->name] = '\0';
@@ -427,13 +426,13 @@ static hoop_result_t open_segment(struct shm_conn *c,
       o->ring_bytes == 0 || o->ring_bytes % 64 != 0 ||
       o->slot_bytes == 0 || o->ring_bytes % o->slot_bytes != 0 ||
       o->segment_bytes != SHM_HEADER_BYTES + 2 * o->ring_bytes)
-    return HOOP_ERROR(comm, HOOP_ERR_MISMATCH,
+    return HOOP_ERROR(NULL, HOOP_ERR_MISMATCH,
                       "%s offered a malformed shared memory segment "
                       "(different hoop versions?)",
                       c->base.peer_desc);
   int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
   if (fd < 0)
-    return HOOP_ERROR(comm, HOOP_ERR_SYSTEM,
+    return HOOP_ERROR(NULL, HOOP_ERR_SYSTEM,
                       "shm_open(%s) offered by %s: %s (is /dev/shm shared "
                       "between the two? HOOP_TRANSPORT=tcp avoids it)",
                       name, c->base.peer_desc, strerror(errno));
@@ -441,7 +440,7 @@ static hoop_result_t open_segment(struct shm_conn *c,
   struct stat st;
   hoop_result_t res;
   if (fstat(fd, &st) != 0 || (uint64_t)st.st_size != o->segment_bytes)
-    res = HOOP_ERROR(comm, HOOP_ERR_MISMATCH,
+    res = HOOP_ERROR(NULL, HOOP_ERR_MISMATCH,
                      "shared memory segment %s from %s is not the size "
                      "offered",
                      name, c->base.peer_desc);
@@ -450,7 +449,7 @@ static hoop_result_t open_segment(struct shm_conn *c,
   close(fd);
   if (res == HOOP_SUCCESS && (c->seg->magic != SHM_MAGIC ||
                               c->seg->ring_bytes != o->ring_bytes))
-    res = HOOP_ERROR(comm, HOOP_ERR_MISMATCH,
+    res = HOOP_ERROR(NULL, HOOP_ERR_MISMATCH,
                      "shared memory segment %s from %s has a bad header",
                      name, c->base.peer_desc);
   return res;
@@ -464,20 +463,22 @@ static void geometry(struct shm_offer *o) {
 }
 
 /* Lower rank: create, offer, and wait until the peer has mapped it. */
-static hoop_result_t connect_lower(struct shm_conn *c, long long deadline) {
+static hoop_result_t connect_lower(struct shm_conn *c,
+                                   const struct hoop_conn_setup *setup) {
+  long long deadline = setup->deadline;
   struct shm_offer o = {0};
   geometry(&o);
-  HOOP_CHECK(create_segment(c, &o));
+  HOOP_CHECK(create_segment(c, setup, &o));
   int32_t status = HOOP_ERR_INTERNAL;
-  hoop_result_t res = hoop__sock_send_all(c->base.comm, c->fd, &o, sizeof o,
+  hoop_result_t res = hoop__sock_send_all(NULL, c->fd, &o, sizeof o,
                                           deadline, c->base.peer_desc);
   if (res == HOOP_SUCCESS)
-    res = hoop__sock_recv_all(c->base.comm, c->fd, &status, sizeof status,
+    res = hoop__sock_recv_all(NULL, c->fd, &status, sizeof status,
                               deadline, c->base.peer_desc);
   /* Normally the peer has unlinked it already; after a failure it has not. */
   shm_unlink(o.name);
   if (res == HOOP_SUCCESS && status != HOOP_SUCCESS)
-    res = HOOP_ERROR(c->base.comm, HOOP_ERR_REMOTE,
+    res = HOOP_ERROR(NULL, HOOP_ERR_REMOTE,
                      "%s could not map shared memory segment %s (its own "
                      "error says why)",
                      c->base.peer_desc, o.name);
@@ -489,11 +490,11 @@ static hoop_result_t connect_lower(struct shm_conn *c, long long deadline) {
 
 static hoop_result_t connect_higher(struct shm_conn *c, long long deadline) {
   struct shm_offer o;
-  HOOP_CHECK(hoop__sock_recv_all(c->base.comm, c->fd, &o, sizeof o, deadline,
+  HOOP_CHECK(hoop__sock_recv_all(NULL, c->fd, &o, sizeof o, deadline,
                                  c->base.peer_desc));
   hoop_result_t res = open_segment(c, &o);
   int32_t status = res;
-  hoop_result_t sent = hoop__sock_send_all(c->base.comm, c->fd, &status,
+  hoop_result_t sent = hoop__sock_send_all(NULL, c->fd, &status,
                                            sizeof status, deadline,
                                            c->base.peer_desc);
   HOOP_CHECK(res);
@@ -503,20 +504,18 @@ static hoop_result_t connect_higher(struct shm_conn *c, long long deadline) {
   return HOOP_SUCCESS;
 }
 
-static hoop_result_t shm_connect(struct hoop_comm *comm, int peer,
-                                 int channel, struct hoop_conn **out) {
+static hoop_result_t shm_connect(const struct hoop_conn_setup *setup,
+                                 struct hoop_conn **out) {
   hoop_result_t res;
   struct shm_conn *c = calloc(1, sizeof *c);
   if (c == NULL)
-    return HOOP_ERROR(comm, HOOP_ERR_NO_MEMORY, "shm connection");
+    return HOOP_ERROR(NULL, HOOP_ERR_NO_MEMORY, "shm connection");
   c->fd = -1;
-  hoop__conn_init(&c->base, &hoop__shm_transport, comm, peer, channel);
-  long long deadline = hoop__now_ms() + comm->timeout_ms;
-  HOOP_CHECK_GOTO(hoop__comm_open_socket(comm, peer, channel, &c->fd), res,
-                  out_close);
-  bool lower = comm->rank < peer;
-  HOOP_CHECK_GOTO(lower ? connect_lower(c, deadline)
-                        : connect_higher(c, deadline),
+  hoop__conn_init(&c->base, &hoop__shm_transport, setup);
+  HOOP_CHECK_GOTO(setup->open_socket(setup->ctx, &c->fd), res, out_close);
+  bool lower = setup->rank < setup->peer;
+  HOOP_CHECK_GOTO(lower ? connect_lower(c, setup)
+                        : connect_higher(c, setup->deadline),
                   res, out_close);
   HOOP_CHECK_GOTO(hoop__sock_set_nonblocking(c->fd), res, out_close);
   char *rings = (char *)c->seg + SHM_HEADER_BYTES;

@@ -14,7 +14,6 @@
 #include <unistd.h>
 
 #include "core/bytering.h"
-#include "core/comm.h"
 #include "core/error.h"
 #include "transport/transport.h"
 
@@ -32,8 +31,7 @@ static bool tcp_can_connect(const struct hoop_peer_info *self,
 static hoop_result_t tcp_io_error(struct tcp_conn *c, const char *call,
                                   int err) {
   bool peer_gone = err == EPIPE || err == ECONNRESET || err == 0;
-  return HOOP_ERROR(c->base.comm, peer_gone ? HOOP_ERR_REMOTE
-                                            : HOOP_ERR_SYSTEM,
+  return HOOP_ERROR(NULL, peer_gone ? HOOP_ERR_REMOTE : HOOP_ERR_SYSTEM,
                     "%s %s %s: %s", call,
                     strcmp(call, "send") == 0 ? "to" : "from",
                     c->base.peer_desc,
@@ -163,30 +161,29 @@ static void set_buffer_sizes(int fd, size_t bytes) {
   setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof v);
 }
 
-static hoop_result_t tcp_connect(struct hoop_comm *comm, int peer,
-                                 int channel, struct hoop_conn **out) {
+static hoop_result_t tcp_connect(const struct hoop_conn_setup *setup,
+                                 struct hoop_conn **out) {
   hoop_result_t res;
   struct tcp_conn *c = calloc(1, sizeof *c);
   if (c == NULL)
-    return HOOP_ERROR(comm, HOOP_ERR_NO_MEMORY, "tcp connection");
+    return HOOP_ERROR(NULL, HOOP_ERR_NO_MEMORY, "tcp connection");
   c->fd = -1;
-  hoop__conn_init(&c->base, &hoop__tcp_transport, comm, peer, channel);
+  hoop__conn_init(&c->base, &hoop__tcp_transport, setup);
   /*
    * Two slices: one can arrive while the other is reduced, and the ring
    * stays small enough to be read back from cache (4 MiB cost ~7% more
    * CPU than 512 KiB for 64 MiB all-reduces on 2 ranks).
    */
-  c->staging.cap = (2 * comm->slice_bytes + 63) & ~(size_t)63;
+  c->staging.cap = (2 * setup->slice_bytes + 63) & ~(size_t)63;
   c->staging.buf = aligned_alloc(64, c->staging.cap);
   if (c->staging.buf == NULL) {
-    res = HOOP_ERROR(comm, HOOP_ERR_NO_MEMORY,
+    res = HOOP_ERROR(NULL, HOOP_ERR_NO_MEMORY,
                      "tcp staging buffer of %zu bytes", c->staging.cap);
     goto out_close;
   }
-  HOOP_CHECK_GOTO(hoop__comm_open_socket(comm, peer, channel, &c->fd), res,
-                  out_close);
+  HOOP_CHECK_GOTO(setup->open_socket(setup->ctx, &c->fd), res, out_close);
   HOOP_CHECK_GOTO(hoop__sock_set_nonblocking(c->fd), res, out_close);
-  set_buffer_sizes(c->fd, comm->sockbuf_bytes);
+  set_buffer_sizes(c->fd, setup->sockbuf_bytes);
   *out = &c->base;
   return HOOP_SUCCESS;
 out_close:

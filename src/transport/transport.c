@@ -4,10 +4,10 @@
  */
 #include "transport/transport.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/comm.h"
 #include "core/error.h"
 
 static const struct hoop_transport_ops *const transports[] = {
@@ -23,13 +23,13 @@ const char *hoop__transport_forced(void) {
 }
 
 const struct hoop_transport_ops *hoop__transport_pick(
-    const struct hoop_comm *comm, int a, int b) {
+    const struct hoop_peer_info *a, const struct hoop_peer_info *b) {
   const char *forced = hoop__transport_forced();
   for (size_t i = 0; i < NTRANSPORTS; i++) {
     const struct hoop_transport_ops *t = transports[i];
     if (forced != NULL && strcmp(forced, t->name) != 0)
       continue;
-    if (t->can_connect(&comm->peers[a], &comm->peers[b]))
+    if (t->can_connect(a, b))
       return t;
   }
   return NULL;
@@ -37,34 +37,32 @@ const struct hoop_transport_ops *hoop__transport_pick(
 
 void hoop__conn_init(struct hoop_conn *conn,
                      const struct hoop_transport_ops *ops,
-                     struct hoop_comm *comm, int peer, int channel) {
+                     const struct hoop_conn_setup *setup) {
   conn->ops = ops;
-  conn->comm = comm;
-  conn->peer = peer;
-  conn->channel = channel;
-  hoop__peer_desc(comm, peer, conn->peer_desc, sizeof conn->peer_desc);
+  conn->peer = setup->peer;
+  conn->channel = setup->channel;
+  snprintf(conn->peer_desc, sizeof conn->peer_desc, "%s", setup->peer_desc);
 }
 
-hoop_result_t hoop__transport_connect(struct hoop_comm *comm, int peer,
-                                      int channel, struct hoop_conn **conn) {
-  char desc[128];
-  hoop__peer_desc(comm, peer, desc, sizeof desc);
-  const struct hoop_transport_ops *t =
-      hoop__transport_pick(comm, comm->rank, peer);
+hoop_result_t hoop__transport_connect(const struct hoop_peer_info *self,
+                                      const struct hoop_peer_info *peer,
+                                      const struct hoop_conn_setup *setup,
+                                      struct hoop_conn **conn) {
+  const struct hoop_transport_ops *t = hoop__transport_pick(self, peer);
   if (t != NULL) {
-    HOOP_CHECK(t->connect(comm, peer, channel, conn));
-    HOOP_INFO("rank %d -> %s channel %d via %s", comm->rank, desc, channel,
-              t->name);
+    HOOP_CHECK(t->connect(setup, conn));
+    HOOP_INFO("rank %d -> %s channel %d via %s", setup->rank,
+              setup->peer_desc, setup->channel, t->name);
     return HOOP_SUCCESS;
   }
   const char *forced = hoop__transport_forced();
   if (forced != NULL)
-    return HOOP_ERROR(comm, HOOP_ERR_INVALID_ARGUMENT,
+    return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
                       "HOOP_TRANSPORT=%s: no such transport can connect "
                       "rank %d and %s (this build has: shm for ranks on one "
                       "host, tcp)",
-                      forced, comm->rank, desc);
-  return HOOP_ERROR(comm, HOOP_ERR_UNSUPPORTED,
-                    "no transport can connect rank %d and %s", comm->rank,
-                    desc);
+                      forced, setup->rank, setup->peer_desc);
+  return HOOP_ERROR(NULL, HOOP_ERR_UNSUPPORTED,
+                    "no transport can connect rank %d and %s", setup->rank,
+                    setup->peer_desc);
 }

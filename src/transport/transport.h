@@ -7,7 +7,10 @@
  * says how much.  The engine calls them in a loop and, when nothing moved,
  * arms each connection it waits on and sleeps in poll() on the descriptors
  * that arm() names (bounded by the timeout).  Errors are recorded with the
- * peer's rank and address before being returned.
+ * peer's rank and address before being returned; a transport never sees
+ * the communicator, so it records them as the thread's last error
+ * (HOOP_ERROR(NULL, ...)) and the core, which called it, attaches them to
+ * the communicator (hoop__error_attach).
  */
 #ifndef HOOP_TRANSPORT_H
 #define HOOP_TRANSPORT_H
@@ -19,10 +22,34 @@
 #include <sys/uio.h>
 
 #include "hoop.h"
+#include "core/peer.h"
 
-struct hoop_comm;
-struct hoop_peer_info;
 struct hoop_conn;
+
+/*
+ * Everything a transport needs to set up one connection, filled by the
+ * core (core/connect.c), as gloo hands its pairs an address and a timeout
+ * rather than the context: a transport depends on this and the socket
+ * layer, never on the communicator, so adding one does not touch it.
+ */
+struct hoop_conn_setup {
+  int rank;
+  int peer;
+  int channel;
+  uint64_t comm_id;      /* for names that must not collide across comms */
+  long long deadline;    /* hoop__now_ms() clock; bounds the whole set-up */
+  size_t slice_bytes;    /* the most one engine op moves (HOOP_SLICE_BYTES) */
+  size_t sockbuf_bytes;  /* SO_SNDBUF/SO_RCVBUF; 0 leaves the kernel's */
+  const char *peer_desc; /* "rank 3 (10.0.0.2:41234, host node7, pid 12)" */
+  /*
+   * Opens the TCP socket to the peer for this channel, handshaken and
+   * blocking, by the deadline: the lower rank dials and the higher
+   * accepts, so both must ask for the same connection at about the same
+   * time.  The caller owns the descriptor.
+   */
+  hoop_result_t (*open_socket)(void *ctx, int *fd);
+  void *ctx;
+};
 
 struct hoop_transport_ops {
   const char *name;
@@ -32,10 +59,10 @@ struct hoop_transport_ops {
                       const struct hoop_peer_info *peer);
 
   /*
-   * Establishes the connection.  Blocking, bounded by the communicator's
-   * timeout; both ranks call it for each other.
+   * Establishes the connection.  Blocking, bounded by setup->deadline;
+   * both ranks call it for each other.  setup lives only for the call.
    */
-  hoop_result_t (*connect)(struct hoop_comm *comm, int peer, int channel,
+  hoop_result_t (*connect)(const struct hoop_conn_setup *setup,
                            struct hoop_conn **conn);
 
   /*
@@ -94,7 +121,6 @@ struct hoop_transport_ops {
 /* The part of every connection that the core reads. */
 struct hoop_conn {
   const struct hoop_transport_ops *ops;
-  struct hoop_comm *comm;
   int peer;
   int channel;
   uint64_t bytes_sent;
@@ -106,12 +132,12 @@ extern const struct hoop_transport_ops hoop__shm_transport;
 extern const struct hoop_transport_ops hoop__tcp_transport;
 
 /*
- * The transport that ranks `a` and `b` of comm use (or would use, for a
+ * The transport that ranks publishing `a` and `b` use (or would use, for a
  * pair this rank is not part of): the first that can join them, or the one
  * HOOP_TRANSPORT names; NULL when none can.
  */
 const struct hoop_transport_ops *hoop__transport_pick(
-    const struct hoop_comm *comm, int a, int b);
+    const struct hoop_peer_info *a, const struct hoop_peer_info *b);
 
 /* The transport HOOP_TRANSPORT names, NULL when it is unset or empty. */
 const char *hoop__transport_forced(void);
@@ -119,13 +145,16 @@ const char *hoop__transport_forced(void);
 /* Fills the core's part of a new connection, for the transports. */
 void hoop__conn_init(struct hoop_conn *conn,
                      const struct hoop_transport_ops *ops,
-                     struct hoop_comm *comm, int peer, int channel);
+                     const struct hoop_conn_setup *setup);
 
 /*
- * Picks the first transport that can join this rank and `peer` (or the
- * one HOOP_TRANSPORT names) and connects through it.
+ * Picks the transport for this rank (`self`) and the peer (`peer`), as
+ * hoop__transport_pick does, and connects through it.  Errors are the
+ * thread's last error only, as the transports' are.
  */
-hoop_result_t hoop__transport_connect(struct hoop_comm *comm, int peer,
-                                      int channel, struct hoop_conn **conn);
+hoop_result_t hoop__transport_connect(const struct hoop_peer_info *self,
+                                      const struct hoop_peer_info *peer,
+                                      const struct hoop_conn_setup *setup,
+                                      struct hoop_conn **conn);
 
 #endif /* HOOP_TRANSPORT_H */
