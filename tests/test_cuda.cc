@@ -22,7 +22,8 @@
 #include "reference.h"
 
 extern "C" {
-#include "collectives/device_cuda.h"
+#include "collectives/device_path.h"
+#include "collectives/ipc_schedule.h"
 #include "core/types.h"
 #include "reduce/reduce.h"
 #include "reduce/reduce_cuda.h"

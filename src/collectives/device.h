@@ -8,7 +8,7 @@
  * the result back; later work on the stream waits for that.  Copies of the
  * next chunk, the network and copies of the previous chunk overlap.  Host
  * buffer calls first wait for queued device calls, so every rank runs its
- * calls in the order it made them.  device_cuda.c says how the GPU and the
+ * calls in the order it made them.  device_staged.c says how the GPU and the
  * proxy wait for each other.
  *
  * Without CUDA (HOOP_HAVE_CUDA 0) every buffer is host memory and a call
