@@ -11,18 +11,21 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cinttypes>
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "harness.h"
 #include "reference.h"
 
 extern "C" {
-#include "collectives/device_cuda.h"
+#include "collectives/device_path.h"
+#include "collectives/ipc_schedule.h"
 #include "core/types.h"
 #include "reduce/reduce.h"
 #include "reduce/reduce_cuda.h"
@@ -713,6 +716,169 @@ TEST(CudaStreams, ResetStatsClearsCallsStillQueued) {
       });
   EXPECT_TRUE(r.all_ok()) << describe(r);
 }
+
+// ---- Queries from another thread -----------------------------------------
+
+uint64_t sum_sent(const hoop_stats_t &st) {
+  uint64_t total = 0;
+  for (const auto &per_coll : st.by_coll)
+    for (const hoop_coll_stats_t &s : per_coll)
+      total += s.bytes_sent;
+  return total;
+}
+
+// Every query of the public API once, as a watchdog thread makes them while
+// device calls are queued: each must succeed, no snapshot may be torn, and
+// none may report an error that did not happen.  The algorithm setting is
+// the user thread's to change, so it is only read here.  Returns the
+// snapshot's bytes sent, which must never go down.
+uint64_t query_everything(RankLog &log, hoop_comm_t comm, int rank,
+                          int nranks, uint64_t last_sent) {
+  hoop_stats_t st = HOOP_STATS_INIT;
+  RANK_EXPECT_OK(log, comm, hoop_comm_get_stats(comm, &st));
+  RANK_EXPECT(log, st.bytes_sent == sum_sent(st),
+              "a torn snapshot: %llu sent in all, %llu in the parts",
+              (unsigned long long)st.bytes_sent,
+              (unsigned long long)sum_sent(st));
+  RANK_EXPECT(log, st.bytes_sent >= last_sent,
+              "bytes sent went down: %llu after %llu",
+              (unsigned long long)st.bytes_sent,
+              (unsigned long long)last_sent);
+  int peer = (rank + 1) % nranks;
+  uint64_t sent = 0, received = 0;
+  RANK_EXPECT_OK(log, comm,
+                 hoop_comm_get_peer_bytes(comm, peer, &sent, &received));
+  hoop_algo_t algo = HOOP_ALGO_AUTO;
+  RANK_EXPECT_OK(log, comm, hoop_comm_get_algo(comm, &algo));
+  RANK_EXPECT(log, algo == HOOP_ALGO_RING || algo == HOOP_ALGO_PS,
+              "setting %s", hoop_algo_name(algo));
+  double seconds = 0;
+  RANK_EXPECT_OK(log, comm,
+                 hoop_comm_predict(comm, HOOP_COLL_ALLREDUCE, HOOP_ALGO_AUTO,
+                                   1 << 20, &seconds));
+  hoop_model_t model = HOOP_MODEL_INIT;
+  RANK_EXPECT_OK(log, comm, hoop_comm_get_model(comm, &model));
+  hoop_rank_info_t info = HOOP_RANK_INFO_INIT;
+  RANK_EXPECT_OK(log, comm, hoop_comm_rank_info(comm, peer, &info));
+  const char *transport = nullptr;
+  RANK_EXPECT_OK(log, comm, hoop_comm_transport(comm, rank, peer, &transport));
+  RANK_EXPECT(log, hoop_comm_last_error(comm) != nullptr, "no last error");
+  hoop_result_t async = HOOP_ERR_INTERNAL;
+  RANK_EXPECT_OK(log, comm, hoop_comm_get_async_error(comm, &async));
+  RANK_EXPECT(log, async == HOOP_SUCCESS, "an asynchronous error: %s: %s",
+              hoop_result_name(async), hoop_comm_last_error(comm));
+  const char *path = nullptr;
+  RANK_EXPECT_OK(log, comm, hoop_comm_device_path(comm, &path));
+  RANK_EXPECT(log,
+              path != nullptr && (strcmp(path, "none") == 0 ||
+                                  strcmp(path, "cuda_ipc") == 0 ||
+                                  strcmp(path, "staged") == 0),
+              "device path %s", path != nullptr ? path : "(null)");
+  return st.bytes_sent;
+}
+
+// tests/test_threads.cc for device calls: a watchdog thread polls every
+// query while the user thread queues many device all-reduces on one
+// stream, switching the algorithm setting to the parameter server halfway
+// and back after the last.  A queued call carries the setting it was made
+// with, so exactly the second half runs as PS, on every rank alike (ranks
+// that disagreed would fail each other's header or record checks).
+class CudaThreads : public ::testing::TestWithParam<int> {};
+
+TEST_P(CudaThreads, QueriesFromAnotherThreadWhileDeviceCallsAreQueued) {
+  REQUIRE_GPU();
+  const int calls = 2000, half = calls / 2;
+  // 5 elements: not divisible by most rank counts, so slices differ.
+  const size_t n = 5;
+  RunResult r = run_ranks(GetParam(), [&](RankLog &log, hoop_comm_t comm,
+                                          int rank, int nranks) {
+    with_stream(log, [&](cudaStream_t stream) {
+      std::vector<float> in(calls * n), out(calls * n);
+      for (int i = 0; i < calls; i++)
+        for (size_t e = 0; e < n; e++)
+          in[i * n + e] = (float)(rank + 1) * (float)(i % 7 + e);
+      DeviceFloats send(log, calls * n), recv(log, calls * n);
+      if (send.p == nullptr || recv.p == nullptr)
+        return;
+      RANK_EXPECT(log,
+                  cudaMemcpy(send.p, in.data(), in.size() * sizeof(float),
+                             cudaMemcpyHostToDevice) == cudaSuccess,
+                  "copying the inputs to the device failed");
+      RANK_EXPECT_OK(log, comm, hoop_comm_set_algo(comm, HOOP_ALGO_RING));
+      std::atomic<bool> done{false};
+      long queries = 0;
+      RankLog watchdog_log(rank); // a log is one thread's
+      std::thread watchdog([&] {
+        uint64_t last_sent = 0;
+        while (!done.load(std::memory_order_acquire) && watchdog_log.ok()) {
+          last_sent =
+              query_everything(watchdog_log, comm, rank, nranks, last_sent);
+          queries++;
+          usleep(100);
+        }
+      });
+      for (int i = 0; i < calls && log.ok(); i++) {
+        if (i == half)
+          RANK_EXPECT_OK(log, comm, hoop_comm_set_algo(comm, HOOP_ALGO_PS));
+        RANK_EXPECT_OK(log, comm,
+                       hoop_allreduce(comm, send.p + i * n, recv.p + i * n,
+                                      n, HOOP_F32, HOOP_SUM, stream));
+      }
+      RANK_EXPECT_OK(log, comm, hoop_comm_set_algo(comm, HOOP_ALGO_RING));
+      cudaError_t e = cudaStreamSynchronize(stream);
+      RANK_EXPECT(log, e == cudaSuccess, "the stream: %s",
+                  cudaGetErrorString(e));
+      done.store(true, std::memory_order_release);
+      watchdog.join();
+      RANK_EXPECT(log, watchdog_log.ok(), "a query failed (above)");
+      RANK_EXPECT(log, queries > 0, "the watchdog never ran a query");
+
+      RANK_EXPECT(log,
+                  cudaMemcpy(out.data(), recv.p, out.size() * sizeof(float),
+                             cudaMemcpyDeviceToHost) == cudaSuccess,
+                  "copying the results to the host failed");
+      float ranks_sum = (float)(nranks * (nranks + 1) / 2);
+      size_t wrong = 0, first = 0;
+      for (size_t k = 0; k < out.size(); k++) {
+        float want = ranks_sum * (float)(k / n % 7 + k % n);
+        if (out[k] != want && wrong++ == 0)
+          first = k;
+      }
+      RANK_EXPECT(log, wrong == 0,
+                  "%zu elements wrong, first call %zu element %zu: %g",
+                  wrong, first / n, first % n, (double)out[first]);
+
+      hoop_stats_t st = HOOP_STATS_INIT;
+      RANK_EXPECT_OK(log, comm, hoop_comm_get_stats(comm, &st));
+      uint64_t counted = 0;
+      for (const hoop_coll_stats_t &s : st.by_coll[HOOP_COLL_ALLREDUCE])
+        counted += s.calls;
+      uint64_t ps = st.by_coll[HOOP_COLL_ALLREDUCE][HOOP_ALGO_PS].calls;
+      RANK_EXPECT(log, counted == (uint64_t)calls,
+                  "%llu all-reduces counted, %d made",
+                  (unsigned long long)counted, calls);
+      RANK_EXPECT(log, ps == (uint64_t)(calls - half),
+                  "%llu ran as PS, %d were made with PS set",
+                  (unsigned long long)ps, calls - half);
+      hoop_result_t async = HOOP_ERR_INTERNAL;
+      RANK_EXPECT_OK(log, comm, hoop_comm_get_async_error(comm, &async));
+      RANK_EXPECT(log, async == HOOP_SUCCESS, "asynchronous error %s",
+                  hoop_result_name(async));
+      const char *path = nullptr;
+      RANK_EXPECT_OK(log, comm, hoop_comm_device_path(comm, &path));
+      const char *want = transport_forced() ? "staged" : "cuda_ipc";
+      RANK_EXPECT(log, path != nullptr && strcmp(path, want) == 0,
+                  "device path %s, expected %s",
+                  path != nullptr ? path : "(null)", want);
+    });
+  });
+  EXPECT_TRUE(r.all_ok()) << describe(r);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, CudaThreads, ::testing::Values(2, 3),
+                         [](const ::testing::TestParamInfo<int> &p) {
+                           return std::to_string(p.param) + "ranks";
+                         });
 
 // Send and receive on device buffers, staged through host memory: a group
 // in which every rank sends to the next, receives from the one before,

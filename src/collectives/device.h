@@ -1,15 +1,14 @@
 /*
  * Collectives on CUDA device buffers, ordered on the caller's stream.
  *
- * A call on device buffers is queued and returns at once.  Its chunks are
- * staged through pinned host memory: the GPU copies a chunk to the host
- * behind the work already on the caller's stream, the communicator's proxy
- * thread runs the host collective on it (any transport), and the GPU copies
- * the result back; later work on the stream waits for that.  Copies of the
- * next chunk, the network and copies of the previous chunk overlap.  Host
- * buffer calls first wait for queued device calls, so every rank runs its
- * calls in the order it made them.  device_cuda.c says how the GPU and the
- * proxy wait for each other.
+ * A call on device buffers is queued and returns at once; later work on the
+ * stream waits for its result.  The communicator's proxy thread sees each
+ * call through, over the path its first device call picked
+ * (device_path.h): CUDA IPC, the GPUs reading each other's memory, when
+ * every rank is on one host (device_ipc.c), else staging chunks through
+ * pinned host memory for the host collectives, over any transport
+ * (device_staged.c).  Host buffer calls first wait for queued device
+ * calls, so every rank runs its calls in the order it made them.
  *
  * Without CUDA (HOOP_HAVE_CUDA 0) every buffer is host memory and a call
  * that names a stream fails with HOOP_ERR_UNSUPPORTED.

@@ -1,5 +1,5 @@
 /*
- * The CUDA IPC path for calls on device buffers (device_cuda.h): set-up,
+ * The CUDA IPC path for calls on device buffers (device_path.h): set-up,
  * numbering and queueing calls, and the proxy's watch over them.
  *
  * The caller's thread queues each call's GPU work (ipc_schedule.c) and
@@ -21,8 +21,8 @@
 #include <time.h>
 
 #include "collectives/collectives.h"
-#include "collectives/device.h"
-#include "collectives/device_cuda.h"
+#include "collectives/device_path.h"
+#include "collectives/ipc_schedule.h"
 #include "core/comm.h"
 #include "core/cuda_sync.h"
 #include "core/error.h"
@@ -35,6 +35,7 @@
 #define RELEASE_JUMP (1u << 30)
 
 struct hoop_ipc_path {
+  struct hoop_device_path base;
   struct hoop_ipc *ipc;
   size_t oneshot_bytes; /* HOOP_CUDA_IPC_ONESHOT_BYTES */
   int watch_pids;       /* peers' pids mean something here (same pid ns) */
@@ -109,8 +110,14 @@ static hoop_result_t settings_agree(struct hoop_comm *comm,
   return HOOP_SUCCESS;
 }
 
-hoop_result_t hoop__ipc_path_open(struct hoop_comm *comm, int device,
-                                  struct hoop_ipc_path **path) {
+/*
+ * Declines (*path NULL) unless every rank is on one host, no transport is
+ * forced and every rank manages (they agree through host collectives);
+ * INFO says why.  Only bad settings and failing host collectives are
+ * errors.
+ */
+static hoop_result_t ipc_open(struct hoop_comm *comm, int device,
+                              struct hoop_device_path **path) {
   *path = NULL;
   if (!hoop__comm_peers_mappable(comm))
     return HOOP_SUCCESS;
@@ -127,6 +134,8 @@ hoop_result_t hoop__ipc_path_open(struct hoop_comm *comm, int device,
   int current = 0;
   cudaGetDevice(&current);
   struct hoop_ipc_path *p = calloc(1, sizeof *p);
+  if (p != NULL)
+    p->base.ops = &hoop__device_path_ipc;
   struct offer me = {.pid_ns = pid_namespace(), .setting = {chunk, oneshot}};
   struct offer *all = calloc((size_t)comm->nranks, sizeof *all);
   struct hoop_ipc_export *exports =
@@ -162,7 +171,7 @@ hoop_result_t hoop__ipc_path_open(struct hoop_comm *comm, int device,
     hoop__ipc_unlink(p->ipc);
     p->oneshot_bytes = (size_t)oneshot;
     p->watch_pids = same_pid_ns;
-    *path = p;
+    *path = &p->base;
     HOOP_INFO("rank %d: device buffers move over CUDA IPC (%lld-byte "
               "chunks)", comm->rank, (long long)chunk);
   } else {
@@ -181,8 +190,8 @@ hoop_result_t hoop__ipc_path_open(struct hoop_comm *comm, int device,
   return res;
 }
 
-size_t hoop__ipc_path_chunk_bytes(const struct hoop_ipc_path *p) {
-  return p->ipc->chunk_bytes;
+static size_t ipc_chunk_bytes(const struct hoop_device_path *path) {
+  return ((const struct hoop_ipc_path *)path)->ipc->chunk_bytes;
 }
 
 /* ---- Call records -------------------------------------------------------- */
@@ -262,9 +271,14 @@ static hoop_result_t compare_calls(struct hoop_comm *comm,
 
 /* ---- Queueing ------------------------------------------------------------ */
 
-void hoop__ipc_path_number(const struct hoop_comm *comm,
-                           struct hoop_ipc_path *p,
-                           struct hoop_device_call *c) {
+/*
+ * Numbers a call (its chunks, its final counter, its place among the
+ * calls) and posts its record for the peers to compare.
+ */
+static void ipc_number(const struct hoop_comm *comm,
+                       struct hoop_device_path *path,
+                       struct hoop_device_call *c) {
+  struct hoop_ipc_path *p = (struct hoop_ipc_path *)path;
   c->ipc_ps =
       c->label == HOOP_COLL_ALLREDUCE && c->call.setting == HOOP_ALGO_PS;
   c->start_ns = hoop__now_ns();
@@ -279,9 +293,11 @@ void hoop__ipc_path_number(const struct hoop_comm *comm,
   hoop__ipc_post(p->ipc, c->ipc_call, raw);
 }
 
-cudaError_t hoop__ipc_path_enqueue(struct hoop_ipc_path *p,
-                                   const struct hoop_device_call *c,
-                                   cudaStream_t s) {
+static cudaError_t ipc_enqueue(struct hoop_comm *comm,
+                               struct hoop_device_path *path,
+                               const struct hoop_device_call *c,
+                               cudaStream_t s) {
+  const struct hoop_ipc_path *p = (const struct hoop_ipc_path *)path;
   return hoop__ipc_schedule(p->ipc, &c->call, c->per_rank, &c->k, c->first,
                             c->ipc_ps, p->oneshot_bytes, s);
 }
@@ -376,10 +392,16 @@ static hoop_result_t watch(struct hoop_comm *comm,
   }
 }
 
-hoop_result_t hoop__ipc_path_finish(struct hoop_comm *comm,
-                                    struct hoop_ipc_path *p,
-                                    const struct hoop_device_call *c,
-                                    const int *poisoned) {
+/*
+ * Waits until the GPU is done with the call, bounded by the comm's
+ * timeout, a peer's exit, a failure notice, abort and *poisoned; compares
+ * the ranks' calls; counts the traffic.
+ */
+static hoop_result_t ipc_finish(struct hoop_comm *comm,
+                                struct hoop_device_path *path,
+                                const struct hoop_device_call *c,
+                                const int *poisoned) {
+  struct hoop_ipc_path *p = (struct hoop_ipc_path *)path;
   HOOP_CHECK(watch(comm, p, c, poisoned));
   hoop_algo_t algo = hoop__ipc_traffic(p->ipc, &c->call, &c->k, c->ipc_ps,
                                        p->oneshot_bytes, p->sent,
@@ -389,9 +411,18 @@ hoop_result_t hoop__ipc_path_finish(struct hoop_comm *comm,
   return HOOP_SUCCESS;
 }
 
-void hoop__ipc_path_release(struct hoop_ipc_path *p) {
-  hoop__ipc_release(p->ipc, __atomic_load_n(&p->queued, __ATOMIC_ACQUIRE) +
-                                RELEASE_JUMP);
+/*
+ * After a failure every counter jumps far past anything queued: a dead
+ * peer's stays there, and live peers' GPUs, their waits released, run
+ * their queued work to the end (with garbage results) and bring theirs
+ * back.
+ */
+static void ipc_release(struct hoop_device_path *path,
+                        const struct hoop_device_call *c, hoop_result_t res) {
+  struct hoop_ipc_path *p = (struct hoop_ipc_path *)path;
+  if (res != HOOP_SUCCESS)
+    hoop__ipc_release(p->ipc, __atomic_load_n(&p->queued, __ATOMIC_ACQUIRE) +
+                                  RELEASE_JUMP);
 }
 
 /*
@@ -400,9 +431,8 @@ void hoop__ipc_path_release(struct hoop_ipc_path *p) {
  * timeout passes, before the window is freed.  After a failure there is
  * nothing to wait for: the counters were released.
  */
-void hoop__ipc_path_close(struct hoop_comm *comm, struct hoop_ipc_path *p) {
-  if (p == NULL)
-    return;
+static void ipc_close(struct hoop_comm *comm, struct hoop_device_path *path) {
+  struct hoop_ipc_path *p = (struct hoop_ipc_path *)path;
   uint32_t done = __atomic_load_n(&p->queued, __ATOMIC_ACQUIRE);
   long long deadline = hoop__now_ms() + comm->timeout_ms;
   for (int q = 0; q < comm->nranks && hoop__comm_broken(comm) == HOOP_SUCCESS;
@@ -417,3 +447,14 @@ void hoop__ipc_path_close(struct hoop_comm *comm, struct hoop_ipc_path *p) {
   }
   path_free(p);
 }
+
+const struct hoop_device_path_ops hoop__device_path_ipc = {
+    .name = "cuda_ipc",
+    .open = ipc_open,
+    .chunk_bytes = ipc_chunk_bytes,
+    .number = ipc_number,
+    .enqueue = ipc_enqueue,
+    .finish = ipc_finish,
+    .release = ipc_release,
+    .close = ipc_close,
+};

@@ -1,5 +1,5 @@
 /*
- * Collectives on device buffers over CUDA IPC (device_cuda.h): schedules of
+ * Collectives on device buffers over CUDA IPC (ipc_schedule.h): schedules of
  * copies and reduction kernels that read the peers' windows directly, and
  * the traffic they move.
  *
@@ -23,7 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "collectives/device_cuda.h"
+#include "collectives/ipc_schedule.h"
 #include "reduce/reduce_cuda.h"
 #include "transport/cuda_ipc.h"
 

@@ -1,58 +1,32 @@
 /*
  * Calls on device buffers (device.h): where buffers live, chunks, the
- * queue of calls and the proxy thread that serves both paths, and the
- * staged path, through pinned host memory, described here.  The CUDA IPC
- * path is device_ipc.c.
+ * queue of calls and the proxy thread that serves whichever path
+ * (device_path.h) a communicator's first device call picks, and send and
+ * receive through host memory.
  *
- * The caller's thread enqueues every piece of GPU work at call time, on two
- * helper streams forked from the caller's stream: per chunk, a copy into a
- * pinned stage then a write of "staged" (d2h stream), and a wait for
- * "reduced" then a copy out and a write of "drained" (h2d stream).  The
- * caller's stream joins both.  The proxy thread waits for "staged", runs
- * the host collective on the stage and writes "reduced".  The three
- * counters live in mapped pinned memory; the GPU writes and waits on them
- * with stream memory operations (cuStreamWriteValue32/WaitValue32).
- *
- * So the proxy makes no CUDA call, and nothing the GPU waits for needs the
- * CUDA driver on the host: a caller blocked in a synchronous CUDA call (a
- * pageable cudaMemcpy behind the collective, say) cannot stall it.  An
- * earlier design held the caller's stream with a host function that waited
- * for the proxy's copies; CUDA forbids a host function to wait for work
- * not ordered before it, and on an H100 every multi-rank test hung once the
- * ranks copied results to pageable memory behind the collective.
- *
- * Counters count chunks over the communicator's life, so one chunk's stage
- * is free again once the chunk STAGES earlier is reduced (its input) and
- * drained (its output); comparisons are modulo 2^32, as the GPU's are.
+ * The calling thread numbers each call and hands it to the proxy, then
+ * queues its GPU work; the proxy runs the calls to their ends one at a
+ * time, in order, so that every rank's calls stay in the order they were
+ * made, and records the first failure for the next call and
+ * hoop_comm_get_async_error.
  */
 #include <pthread.h>
 #include <sched.h>
-#include <stdalign.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include <cuda.h>
 #include <cuda_runtime_api.h>
 
 #include "collectives/algorithms.h"
 #include "collectives/collectives.h"
-#include "collectives/device_cuda.h"
+#include "collectives/device_path.h"
 #include "collectives/device.h"
 #include "core/comm.h"
 #include "core/cuda_sync.h"
 #include "core/error.h"
 #include "core/param.h"
-
-#define STAGES 2 /* chunks in flight: one copied while the other moves */
-
-/* Written by the GPU (staged, drained) or the proxy (reduced). */
-struct device_flags {
-  alignas(64) uint32_t staged;
-  alignas(64) uint32_t reduced;
-  alignas(64) uint32_t drained;
-};
 
 struct device_job {
   struct device_job *next;
@@ -61,7 +35,6 @@ struct device_job {
 
 struct hoop_device {
   int device; /* every device buffer of this comm is on it */
-  size_t chunk_bytes;
   pthread_t thread;
   pthread_mutex_t lock;
   pthread_cond_t cond;
@@ -72,21 +45,19 @@ struct hoop_device {
   int poisoned; /* a call's GPU work was only partly queued (atomic) */
 
   /*
-   * Used by the calling thread under enqueue_lock, which the proxy never
-   * takes: queueing GPU work can block until the GPU drains its queue,
-   * which may need the proxy to move on to the job being queued.
+   * Taken by the calling thread to number and queue a call; the proxy
+   * never takes it: queueing GPU work can block until the GPU drains its
+   * queue, which may need the proxy to move on to the job being queued.
    */
   pthread_mutex_t enqueue_lock;
-  cudaStream_t d2h, h2d;
-  cudaEvent_t forked, joined_d2h, joined_h2d;
-  uint32_t next_chunk;
-  CUdeviceptr flags_dev;
+  /* Chosen once, read atomically by hoop__device_path from any thread. */
+  struct hoop_device_path *path;
+};
 
-  struct device_flags *flags; /* mapped pinned memory */
-  char *stage_in[STAGES], *stage_out[STAGES];
-
-  /* Set when every rank is on this host and CUDA IPC could join them all. */
-  struct hoop_ipc_path *ipc;
+/* The paths in the order they are tried; staging always accepts. */
+static const struct hoop_device_path_ops *const paths[] = {
+    &hoop__device_path_ipc,
+    &hoop__device_path_staged,
 };
 
 /* ---- CUDA entry points -------------------------------------------------- */
@@ -94,8 +65,8 @@ struct hoop_device {
 /* A process without a usable driver says so once; its buffers are host. */
 static int no_cuda;
 
-static hoop_result_t cuda_error(struct hoop_comm *comm, cudaError_t e,
-                                const char *what) {
+hoop_result_t hoop__device_cuda_error(struct hoop_comm *comm, cudaError_t e,
+                                      const char *what) {
   return HOOP_ERROR(comm, HOOP_ERR_SYSTEM, "%s: CUDA error %s: %s", what,
                     cudaGetErrorName(e), cudaGetErrorString(e));
 }
@@ -161,7 +132,7 @@ hoop_result_t hoop__device_classify(struct hoop_comm *comm, const char *what,
   if (!*on_device && stream != NULL) {
     cudaError_t e = cudaStreamSynchronize((cudaStream_t)stream);
     if (e != cudaSuccess)
-      return cuda_error(comm, e, what);
+      return hoop__device_cuda_error(comm, e, what);
   }
   return HOOP_SUCCESS;
 }
@@ -188,97 +159,6 @@ size_t hoop__chunk_elems(const struct hoop_chunking *k, size_t i) {
   return k->total - lo < k->per ? k->total - lo : k->per;
 }
 
-/*
- * Copies chunk i of the send buffer into stage s.  A reduce-scatter or
- * all-to-all chunk is the same element range of every rank's block,
- * gathered into contiguous blocks by one 2-D copy; all-gather and
- * all-to-all results are scattered back the same way.
- */
-static cudaError_t copy_in(struct hoop_device *d, const struct hoop_device_call *j,
-                           size_t i, int s) {
-  const struct hoop_call *c = &j->call;
-  size_t es = c->elem_size, n = hoop__chunk_elems(&j->k, i);
-  const char *src = c->send + i * j->k.per * es;
-  if (n == 0)
-    return cudaSuccess;
-  if (c->coll == HOOP_COLL_REDUCE_SCATTER || c->coll == HOOP_COLL_ALLTOALL)
-    return cudaMemcpy2DAsync(d->stage_in[s], n * es, src, j->per_rank * es,
-                             n * es, j->k.rows, cudaMemcpyDeviceToHost,
-                             d->d2h);
-  return cudaMemcpyAsync(d->stage_in[s], src, n * es,
-                         cudaMemcpyDeviceToHost, d->d2h);
-}
-
-static cudaError_t copy_out(struct hoop_device *d, const struct hoop_device_call *j,
-                            size_t i, int s) {
-  const struct hoop_call *c = &j->call;
-  size_t es = c->elem_size, n = hoop__chunk_elems(&j->k, i);
-  char *dst = c->recv + i * j->k.per * es;
-  if (n == 0)
-    return cudaSuccess;
-  if (c->coll == HOOP_COLL_ALLGATHER || c->coll == HOOP_COLL_ALLTOALL)
-    return cudaMemcpy2DAsync(dst, j->per_rank * es, d->stage_out[s], n * es,
-                             n * es, j->k.rows, cudaMemcpyHostToDevice,
-                             d->h2d);
-  return cudaMemcpyAsync(dst, d->stage_out[s], n * es,
-                         cudaMemcpyHostToDevice, d->h2d);
-}
-
-static CUdeviceptr flag_addr(const struct hoop_device *d, const uint32_t *f) {
-  return d->flags_dev + (CUdeviceptr)((const char *)f - (const char *)d->flags);
-}
-
-static cudaError_t stream_wait(struct hoop_device *d, cudaStream_t s,
-                               const uint32_t *flag, uint32_t value) {
-  return hoop__cuda_stream_wait(s, flag_addr(d, flag), value);
-}
-
-static cudaError_t stream_write(struct hoop_device *d, cudaStream_t s,
-                                const uint32_t *flag, uint32_t value) {
-  return hoop__cuda_stream_write(s, flag_addr(d, flag), value);
-}
-
-/*
- * Enqueues a job's GPU side behind the work on `user`, and makes `user`
- * wait for it.  Counter values are chunk numbers plus one.
- */
-static cudaError_t enqueue_gpu(struct hoop_comm *comm, struct hoop_device *d,
-                               const struct hoop_device_call *j,
-                               cudaStream_t user) {
-  int has_send, has_recv;
-  hoop__call_buffers(comm, &j->call, &has_send, &has_recv);
-  cudaError_t e = cudaEventRecord(d->forked, user);
-  if (e == cudaSuccess)
-    e = cudaStreamWaitEvent(d->d2h, d->forked, 0);
-  if (e == cudaSuccess)
-    e = cudaStreamWaitEvent(d->h2d, d->forked, 0);
-  for (size_t i = 0; i < j->k.nchunks && e == cudaSuccess; i++) {
-    uint32_t c = j->first + (uint32_t)i;
-    int s = (int)(c % STAGES);
-    /* Stage s's input is free once chunk c - STAGES is reduced. */
-    e = stream_wait(d, d->d2h, &d->flags->reduced, c - STAGES + 1);
-    if (e == cudaSuccess && has_send)
-      e = copy_in(d, j, i, s);
-    if (e == cudaSuccess)
-      e = stream_write(d, d->d2h, &d->flags->staged, c + 1);
-    if (e == cudaSuccess)
-      e = stream_wait(d, d->h2d, &d->flags->reduced, c + 1);
-    if (e == cudaSuccess && has_recv)
-      e = copy_out(d, j, i, s);
-    if (e == cudaSuccess)
-      e = stream_write(d, d->h2d, &d->flags->drained, c + 1);
-  }
-  if (e == cudaSuccess)
-    e = cudaEventRecord(d->joined_d2h, d->d2h);
-  if (e == cudaSuccess)
-    e = cudaEventRecord(d->joined_h2d, d->h2d);
-  if (e == cudaSuccess)
-    e = cudaStreamWaitEvent(user, d->joined_d2h, 0);
-  if (e == cudaSuccess)
-    e = cudaStreamWaitEvent(user, d->joined_h2d, 0);
-  return e;
-}
-
 /* ---- The proxy thread ---------------------------------------------------- */
 
 hoop_result_t hoop__device_pause(struct hoop_comm *comm, const int *poisoned,
@@ -301,53 +181,6 @@ hoop_result_t hoop__device_pause(struct hoop_comm *comm, const int *poisoned,
   return HOOP_SUCCESS;
 }
 
-/* Waits for a counter the GPU writes, failing after the comm's timeout. */
-static hoop_result_t wait_flag(struct hoop_comm *comm, struct hoop_device *d,
-                               const uint32_t *flag, uint32_t value,
-                               const char *what) {
-  long long deadline = hoop__now_ms() + comm->timeout_ms;
-  for (int polls = 0;; polls++) {
-    if (hoop__counter_reached(__atomic_load_n(flag, __ATOMIC_ACQUIRE), value))
-      return HOOP_SUCCESS;
-    if ((polls & 255) == 0 && hoop__now_ms() > deadline)
-      return HOOP_ERROR(comm, HOOP_ERR_TIMEOUT,
-                        "rank %d: timed out after %d ms %s", comm->rank,
-                        comm->timeout_ms, what);
-    HOOP_CHECK(hoop__device_pause(comm, &d->poisoned, polls, what));
-  }
-}
-
-static hoop_result_t run_job(struct hoop_comm *comm, struct hoop_device *d,
-                             const struct hoop_device_call *j) {
-  if (d->ipc != NULL)
-    return hoop__ipc_path_finish(comm, d->ipc, j, &d->poisoned);
-  int has_send, has_recv;
-  hoop__call_buffers(comm, &j->call, &has_send, &has_recv);
-  for (size_t i = 0; i < j->k.nchunks; i++) {
-    uint32_t c = j->first + (uint32_t)i;
-    int s = (int)(c % STAGES);
-    HOOP_CHECK(wait_flag(comm, d, &d->flags->staged, c + 1,
-                         "waiting for the stream to reach the call and copy "
-                         "its input to the host"));
-    HOOP_CHECK(wait_flag(comm, d, &d->flags->drained, c - STAGES + 1,
-                         "waiting for an earlier result's copy to the "
-                         "device"));
-    struct hoop_call h = {.coll = j->call.coll,
-                          .send = has_send ? d->stage_in[s] : NULL,
-                          .recv = has_recv ? d->stage_out[s] : NULL,
-                          .dtype = j->call.dtype,
-                          .op = j->call.op,
-                          .root = j->call.root,
-                          .setting = j->call.setting};
-    size_t n = hoop__chunk_elems(&j->k, i);
-    HOOP_CHECK(h.coll == HOOP_COLL_ALLTOALL
-                   ? hoop__alltoall_run(comm, h.send, h.recv, n, h.dtype)
-                   : hoop__collective_run(comm, &h, n, j->label));
-    __atomic_store_n(&d->flags->reduced, c + 1, __ATOMIC_RELEASE);
-  }
-  return HOOP_SUCCESS;
-}
-
 static void *proxy_main(void *arg) {
   struct hoop_comm *comm = arg;
   struct hoop_device *d = comm->device;
@@ -362,21 +195,12 @@ static void *proxy_main(void *arg) {
     pthread_mutex_unlock(&d->lock);
     /* After a failure the ranks are out of step: later calls only fail. */
     hoop_result_t res =
-        prior != HOOP_SUCCESS ? prior : run_job(comm, d, &j->c);
+        prior != HOOP_SUCCESS
+            ? prior
+            : d->path->ops->finish(comm, d->path, &j->c, &d->poisoned);
     if (res != HOOP_SUCCESS && hoop__comm_broken(comm) == HOOP_SUCCESS)
       hoop__comm_break(comm, res);
-    /*
-     * Whatever happened, the GPU must not wait for this job forever.  Over
-     * IPC every counter jumps far past anything queued: a dead peer's
-     * stays there, and live peers' GPUs, their waits released, run their
-     * queued work to the end (with garbage results) and bring theirs back.
-     */
-    if (d->ipc == NULL)
-      __atomic_store_n(&d->flags->reduced,
-                       j->c.first + (uint32_t)j->c.k.nchunks,
-                       __ATOMIC_RELEASE);
-    else if (res != HOOP_SUCCESS)
-      hoop__ipc_path_release(d->ipc);
+    d->path->ops->release(d->path, &j->c, res);
     pthread_mutex_lock(&d->lock);
     d->head = j->next;
     if (d->head == NULL)
@@ -393,59 +217,37 @@ static void *proxy_main(void *arg) {
 
 /* ---- Set-up and teardown ------------------------------------------------- */
 
-static cudaError_t device_resources(struct hoop_device *d, size_t stage) {
-  cudaError_t e = cudaStreamCreateWithFlags(&d->d2h, cudaStreamNonBlocking);
-  if (e == cudaSuccess)
-    e = cudaStreamCreateWithFlags(&d->h2d, cudaStreamNonBlocking);
-  cudaEvent_t *events[] = {&d->forked, &d->joined_d2h, &d->joined_h2d};
-  for (int i = 0; i < 3 && e == cudaSuccess; i++)
-    e = cudaEventCreateWithFlags(events[i], cudaEventDisableTiming);
-  if (e == cudaSuccess)
-    e = cudaHostAlloc((void **)&d->flags, sizeof *d->flags,
-                      cudaHostAllocMapped | cudaHostAllocPortable);
-  if (e == cudaSuccess) {
-    memset(d->flags, 0, sizeof *d->flags);
-    void *dev = NULL;
-    e = cudaHostGetDevicePointer(&dev, d->flags, 0);
-    d->flags_dev = (CUdeviceptr)(uintptr_t)dev;
-  }
-  for (int s = 0; s < STAGES && e == cudaSuccess; s++) {
-    e = cudaHostAlloc((void **)&d->stage_in[s], stage, cudaHostAllocPortable);
-    if (e == cudaSuccess)
-      e = cudaHostAlloc((void **)&d->stage_out[s], stage,
-                        cudaHostAllocPortable);
-  }
-  return e;
-}
-
-/* Waits for the helper streams (the proxy released every counter first). */
-static void device_release(struct hoop_device *d) {
-  if (d->d2h != NULL)
-    cudaStreamSynchronize(d->d2h);
-  if (d->h2d != NULL)
-    cudaStreamSynchronize(d->h2d);
-  for (int s = 0; s < STAGES; s++) {
-    cudaFreeHost(d->stage_in[s]);
-    cudaFreeHost(d->stage_out[s]);
-  }
-  cudaFreeHost(d->flags);
-  cudaEvent_t events[] = {d->forked, d->joined_d2h, d->joined_h2d};
-  for (int i = 0; i < 3; i++) {
-    if (events[i] != NULL)
-      cudaEventDestroy(events[i]);
-  }
-  if (d->d2h != NULL)
-    cudaStreamDestroy(d->d2h);
-  if (d->h2d != NULL)
-    cudaStreamDestroy(d->h2d);
+static void queue_free(struct hoop_device *d) {
   pthread_mutex_destroy(&d->lock);
   pthread_mutex_destroy(&d->enqueue_lock);
   pthread_cond_destroy(&d->cond);
   free(d);
 }
 
-static hoop_result_t device_start(struct hoop_comm *comm, int device,
-                                  size_t chunk_bytes) {
+/*
+ * The first path that accepts, set up with the buffers' device current.
+ * Every rank tries them in the same order at the same call, so a path's
+ * set-up may run host collectives.
+ */
+static hoop_result_t open_path(struct hoop_comm *comm, int device,
+                               struct hoop_device_path **path) {
+  *path = NULL;
+  cudaError_t e;
+  int previous = enter_device(device, &e);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return hoop__device_cuda_error(comm, e, "setting up device buffers");
+  }
+  hoop_result_t res = HOOP_SUCCESS;
+  for (size_t i = 0; i < sizeof paths / sizeof paths[0] && *path == NULL &&
+                     res == HOOP_SUCCESS;
+       i++)
+    res = paths[i]->open(comm, device, path);
+  leave_device(device, previous);
+  return res;
+}
+
+static hoop_result_t device_start(struct hoop_comm *comm, int device) {
   if (!hoop__cuda_memops_available())
     return HOOP_ERROR(comm, HOOP_ERR_UNSUPPORTED,
                       "device buffers need CUDA stream memory operations "
@@ -455,33 +257,23 @@ static hoop_result_t device_start(struct hoop_comm *comm, int device,
   if (d == NULL)
     return HOOP_ERROR(comm, HOOP_ERR_NO_MEMORY, "device proxy");
   d->device = device;
-  d->chunk_bytes = chunk_bytes;
   pthread_mutex_init(&d->lock, NULL);
   pthread_mutex_init(&d->enqueue_lock, NULL);
   pthread_cond_init(&d->cond, NULL);
-  /* The widest chunk row: one element of every rank's block. */
-  size_t row = (size_t)comm->nranks * 8;
-  cudaError_t e;
-  int previous = enter_device(device, &e);
-  if (e == cudaSuccess)
-    e = device_resources(d, chunk_bytes > row ? chunk_bytes : row);
-  leave_device(device, previous);
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    device_release(d);
-    return cuda_error(comm, e, "setting up device staging");
-  }
   __atomic_store_n(&comm->device, d, __ATOMIC_RELEASE);
-  hoop_result_t res = hoop__ipc_path_open(comm, device, &d->ipc);
+  struct hoop_device_path *path;
+  hoop_result_t res = open_path(comm, device, &path);
   if (res != HOOP_SUCCESS) {
     __atomic_store_n(&comm->device, NULL, __ATOMIC_RELEASE);
-    device_release(d);
+    queue_free(d);
     return res;
   }
+  __atomic_store_n(&d->path, path, __ATOMIC_RELEASE);
   int err = pthread_create(&d->thread, NULL, proxy_main, comm);
   if (err != 0) {
     __atomic_store_n(&comm->device, NULL, __ATOMIC_RELEASE);
-    device_release(d);
+    path->ops->close(comm, path);
+    queue_free(d);
     return HOOP_ERROR(comm, HOOP_ERR_SYSTEM,
                       "starting the device proxy thread: %s", strerror(err));
   }
@@ -507,7 +299,7 @@ static hoop_result_t run_single_device(struct hoop_comm *comm,
                                   (cudaStream_t)stream);
   return e == cudaSuccess
              ? HOOP_SUCCESS
-             : cuda_error(comm, e, hoop__collective_name(c->coll));
+             : hoop__device_cuda_error(comm, e, hoop__collective_name(c->coll));
 }
 
 hoop_result_t hoop__device_enqueue(struct hoop_comm *comm,
@@ -524,7 +316,7 @@ hoop_result_t hoop__device_enqueue(struct hoop_comm *comm,
   if (comm->nranks == 1)
     return run_single_device(comm, c, stream);
   if (comm->device == NULL)
-    HOOP_CHECK(device_start(comm, call_device(c), (size_t)chunk));
+    HOOP_CHECK(device_start(comm, call_device(c)));
   struct hoop_device *d = comm->device;
   struct device_job *j = calloc(1, sizeof *j);
   if (j == NULL)
@@ -533,16 +325,10 @@ hoop_result_t hoop__device_enqueue(struct hoop_comm *comm,
   dc->call = *c;
   dc->per_rank = per_rank;
   dc->label = label;
-  dc->k = hoop__chunking(comm, c, per_rank,
-                         d->ipc != NULL ? hoop__ipc_path_chunk_bytes(d->ipc)
-                                        : d->chunk_bytes);
+  dc->k =
+      hoop__chunking(comm, c, per_rank, d->path->ops->chunk_bytes(d->path));
   pthread_mutex_lock(&d->enqueue_lock);
-  if (d->ipc != NULL) {
-    hoop__ipc_path_number(comm, d->ipc, dc);
-  } else {
-    dc->first = d->next_chunk;
-    d->next_chunk += (uint32_t)dc->k.nchunks;
-  }
+  d->path->ops->number(comm, d->path, dc);
   /*
    * The proxy gets the job first, so that it works through the chunks
    * while the rest are queued; it may finish and free the job meanwhile,
@@ -563,15 +349,13 @@ hoop_result_t hoop__device_enqueue(struct hoop_comm *comm,
   cudaError_t e;
   int previous = enter_device(d->device, &e);
   if (e == cudaSuccess)
-    e = d->ipc != NULL
-            ? hoop__ipc_path_enqueue(d->ipc, &mine, (cudaStream_t)stream)
-            : enqueue_gpu(comm, d, &mine, (cudaStream_t)stream);
+    e = d->path->ops->enqueue(comm, d->path, &mine, (cudaStream_t)stream);
   leave_device(d->device, previous);
   pthread_mutex_unlock(&d->enqueue_lock);
   if (e != cudaSuccess) {
     cudaGetLastError();
     __atomic_store_n(&d->poisoned, 1, __ATOMIC_RELEASE);
-    return cuda_error(comm, e, what);
+    return hoop__device_cuda_error(comm, e, what);
   }
   return HOOP_SUCCESS;
 }
@@ -608,7 +392,11 @@ hoop_result_t hoop__device_async_error(struct hoop_comm *comm) {
 const char *hoop__device_path(const struct hoop_comm *comm) {
   const struct hoop_device *d =
       __atomic_load_n(&comm->device, __ATOMIC_ACQUIRE);
-  return d == NULL ? "none" : d->ipc != NULL ? "cuda_ipc" : "staged";
+  if (d == NULL)
+    return "none";
+  const struct hoop_device_path *path =
+      __atomic_load_n(&d->path, __ATOMIC_ACQUIRE);
+  return path == NULL ? "none" : path->ops->name;
 }
 
 void hoop__device_free(struct hoop_comm *comm) {
@@ -620,9 +408,9 @@ void hoop__device_free(struct hoop_comm *comm) {
   pthread_cond_broadcast(&d->cond);
   pthread_mutex_unlock(&d->lock);
   pthread_join(d->thread, NULL);
-  hoop__ipc_path_close(comm, d->ipc);
+  d->path->ops->close(comm, d->path);
   __atomic_store_n(&comm->device, NULL, __ATOMIC_RELEASE);
-  device_release(d);
+  queue_free(d);
 }
 
 /* ---- Send and receive ------------------------------------------------ */
@@ -660,7 +448,7 @@ hoop_result_t hoop__device_stage(struct hoop_comm *comm, const char *what,
   cudaGetLastError();
   free(*host);
   *host = NULL;
-  return cuda_error(comm, e, what);
+  return hoop__device_cuda_error(comm, e, what);
 }
 
 hoop_result_t hoop__device_unstage(struct hoop_comm *comm, const char *what,
@@ -674,5 +462,5 @@ hoop_result_t hoop__device_unstage(struct hoop_comm *comm, const char *what,
   if (e == cudaSuccess)
     return HOOP_SUCCESS;
   cudaGetLastError();
-  return cuda_error(comm, e, what);
+  return hoop__device_cuda_error(comm, e, what);
 }
