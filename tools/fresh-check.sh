@@ -8,8 +8,8 @@
 # The root is made with `debootstrap --variant=minbase bookworm` from the
 # Debian mirror this machine's apt is configured with, gets a copy of this
 # checkout at /src/hoop (tracked and untracked files, no build trees), and
-# sees /proc, /sys, /dev (with /dev/shm) and, read-only, /usr/local/cuda
-# when this machine has a CUDA toolkit. All of it, debootstrap included,
+# sees /proc, /sys, /dev (with a /dev/shm of its own) and, read-only,
+# /usr/local/cuda when this machine has a CUDA toolkit. All of it, debootstrap included,
 # runs in private mount and PID namespaces: if the script is stopped,
 # nothing it started keeps running and nothing stays mounted. -k keeps the
 # root afterwards (its path is printed); FRESH_DIR chooses where it is made.
@@ -84,6 +84,10 @@ in_namespaces() {
   mount -t proc proc "$root/proc"
   mount --rbind /sys "$root/sys"
   mount --rbind /dev "$root/dev"
+  # A /dev/shm of the root's own, as a fresh machine has: the suite checks
+  # that nothing of its own is left there, which another job's segments on
+  # this machine's /dev/shm would otherwise fail.
+  mount -t tmpfs -o mode=1777 tmpfs "$root/dev/shm"
   # ip netns keeps its namespaces under /run/netns, in a /run of the root's
   # own (the host's namespaces stay invisible).
   mount -t tmpfs tmpfs "$root/run"
