@@ -207,7 +207,7 @@ static bool config_valid(const hoop_config_t *cfg) {
 hoop_result_t hoop__comm_iface(const hoop_config_t *config,
                                struct hoop_iface *iface) {
   const char *setting = "HOOP_SOCKET_IFNAME";
-  const char *spec = getenv(setting);
+  const char *spec = hoop__param_socket_ifname();
   if (config != NULL && config_valid(config) &&
       config->socket_ifname != NULL) {
     setting = "hoop_config_t.socket_ifname";
@@ -232,8 +232,8 @@ static hoop_result_t apply_config(struct hoop_comm *comm,
   comm->host_beta_s =
       1.0 / ((double)mbps_at_least_1(hoop__param_host_mbps()) * 1e6);
   comm->algo_source = "default";
-  const char *algo = getenv("HOOP_ALGO");
-  if (algo != NULL && *algo != '\0') {
+  const char *algo = hoop__param_algo();
+  if (algo != NULL) {
     int a = hoop__parse_algo(algo);
     if (a < 0)
       return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,

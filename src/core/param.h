@@ -1,7 +1,8 @@
 /*
  * Tunables.  Each is one line here: its name, its environment variable and
  * its default.  The environment is read once per process; a communicator's
- * hoop_config_t overrides it.
+ * hoop_config_t overrides it.  A forked child is a new process and reads
+ * again, so a setting made after fork() is seen.
  */
 #ifndef HOOP_PARAM_H
 #define HOOP_PARAM_H
@@ -25,9 +26,24 @@
   X(cuda_ipc_chunk_bytes, "HOOP_CUDA_IPC_CHUNK_BYTES", 64 * 1024 * 1024)    \
   X(cuda_ipc_oneshot_bytes, "HOOP_CUDA_IPC_ONESHOT_BYTES", 1024 * 1024 * 1024)
 
+/*
+ * Tunables that are text.  Each accessor returns the variable's value, or
+ * the default when it is unset or empty; the caller validates it, so that
+ * the error reaches the call that used it.
+ */
+#define HOOP_STRING_PARAMS(X)                                                \
+  X(algo, "HOOP_ALGO", NULL)                                                 \
+  X(socket_ifname, "HOOP_SOCKET_IFNAME", NULL)                              \
+  X(transport, "HOOP_TRANSPORT", NULL)
+
 #define HOOP_PARAM_DECLARE_(name, env, def) int64_t hoop__param_##name(void);
 HOOP_PARAMS(HOOP_PARAM_DECLARE_)
 #undef HOOP_PARAM_DECLARE_
+
+#define HOOP_STRING_PARAM_DECLARE_(name, env, def)                           \
+  const char *hoop__param_##name(void);
+HOOP_STRING_PARAMS(HOOP_STRING_PARAM_DECLARE_)
+#undef HOOP_STRING_PARAM_DECLARE_
 
 /*
  * Parses an integer with an optional K, M or G suffix (powers of 1024).

@@ -70,7 +70,7 @@ hoop_result_t hoop__comm_index_hosts(struct hoop_comm *comm) {
 }
 
 int hoop__comm_peers_mappable(const struct hoop_comm *comm) {
-  return comm->single_host && hoop__transport_forced() == NULL;
+  return comm->single_host && hoop__param_transport() == NULL;
 }
 
 hoop_result_t hoop_comm_rank_info(hoop_comm_t comm, int rank,
@@ -182,7 +182,7 @@ void hoop__comm_log_banner(const struct hoop_comm *comm) {
   char here[64], away[64], astr[HOOP_ADDR_STRLEN], where[160];
   describe_transports(comm, 1, here, sizeof here);
   describe_transports(comm, 0, away, sizeof away);
-  const char *forced = hoop__transport_forced();
+  const char *forced = hoop__param_transport();
   hoop__addr_str(&comm->peers[comm->rank].addr, astr);
   if (comm->iface.name[0] != '\0')
     snprintf(where, sizeof where, "%s %s (%s)", comm->iface.name, astr,

@@ -5,10 +5,10 @@
 #include "transport/transport.h"
 
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
+#include "core/param.h"
 
 static const struct hoop_transport_ops *const transports[] = {
     &hoop__shm_transport,
@@ -17,14 +17,9 @@ static const struct hoop_transport_ops *const transports[] = {
 
 #define NTRANSPORTS (sizeof transports / sizeof *transports)
 
-const char *hoop__transport_forced(void) {
-  const char *forced = getenv("HOOP_TRANSPORT");
-  return forced != NULL && *forced != '\0' ? forced : NULL;
-}
-
 const struct hoop_transport_ops *hoop__transport_pick(
     const struct hoop_peer_info *a, const struct hoop_peer_info *b) {
-  const char *forced = hoop__transport_forced();
+  const char *forced = hoop__param_transport();
   for (size_t i = 0; i < NTRANSPORTS; i++) {
     const struct hoop_transport_ops *t = transports[i];
     if (forced != NULL && strcmp(forced, t->name) != 0)
@@ -55,7 +50,7 @@ hoop_result_t hoop__transport_connect(const struct hoop_peer_info *self,
               setup->peer_desc, setup->channel, t->name);
     return HOOP_SUCCESS;
   }
-  const char *forced = hoop__transport_forced();
+  const char *forced = hoop__param_transport();
   if (forced != NULL)
     return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
                       "HOOP_TRANSPORT=%s: no such transport can connect "

@@ -139,9 +139,6 @@ extern const struct hoop_transport_ops hoop__tcp_transport;
 const struct hoop_transport_ops *hoop__transport_pick(
     const struct hoop_peer_info *a, const struct hoop_peer_info *b);
 
-/* The transport HOOP_TRANSPORT names, NULL when it is unset or empty. */
-const char *hoop__transport_forced(void);
-
 /* Fills the core's part of a new connection, for the transports. */
 void hoop__conn_init(struct hoop_conn *conn,
                      const struct hoop_transport_ops *ops,
