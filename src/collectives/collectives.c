@@ -219,8 +219,15 @@ static hoop_result_t plan_cache(struct hoop_comm *comm) {
   if (comm->plans != NULL)
     return HOOP_SUCCESS;
   comm->plans = calloc(1, sizeof *comm->plans);
-  if (comm->plans == NULL)
-    return HOOP_ERROR(comm, HOOP_ERR_NO_MEMORY, "plan cache");
+  if (comm->plans == NULL) {
+    /*
+     * The peers are in this call already: they are told, as for any
+     * failure while building a plan, rather than left to time out.
+     */
+    hoop_result_t res = HOOP_ERROR(comm, HOOP_ERR_NO_MEMORY, "plan cache");
+    hoop__comm_break(comm, res);
+    return res;
+  }
   comm->plans_free = plan_cache_free;
   return HOOP_SUCCESS;
 }
