@@ -193,13 +193,53 @@ static struct hoop_plan_key plan_key(const struct hoop_comm *comm,
   };
 }
 
+/*
+ * Recent collectives' plans, run again by matching calls: enough for a
+ * training step's buckets and the barrier between calls.
+ */
+#define HOOP_PLAN_CACHE 8
+
+struct hoop_plan_cache {
+  struct hoop_plan plans[HOOP_PLAN_CACHE];
+  uint64_t used[HOOP_PLAN_CACHE]; /* seq of each plan's last call */
+};
+
+static void plan_cache_free(struct hoop_plan_cache *cache) {
+  for (int i = 0; i < HOOP_PLAN_CACHE; i++)
+    hoop__plan_free(&cache->plans[i]);
+  free(cache);
+}
+
+/*
+ * Makes the communicator's plan cache on its first call, before the call
+ * takes a sequence number, so that running out of memory here is like an
+ * argument error: nothing has moved and the communicator stays usable.
+ */
+static hoop_result_t plan_cache(struct hoop_comm *comm) {
+  if (comm->plans != NULL)
+    return HOOP_SUCCESS;
+  comm->plans = calloc(1, sizeof *comm->plans);
+  if (comm->plans == NULL) {
+    /*
+     * The peers are in this call already: they are told, as for any
+     * failure while building a plan, rather than left to time out.
+     */
+    hoop_result_t res = HOOP_ERROR(comm, HOOP_ERR_NO_MEMORY, "plan cache");
+    hoop__comm_break(comm, res);
+    return res;
+  }
+  comm->plans_free = plan_cache_free;
+  return HOOP_SUCCESS;
+}
+
 /* A cached plan built for exactly this call, or NULL. */
 static struct hoop_plan *cached_plan(struct hoop_comm *comm,
                                      const struct hoop_plan_key *key) {
+  struct hoop_plan_cache *cache = comm->plans;
   for (int i = 0; i < HOOP_PLAN_CACHE; i++) {
-    struct hoop_plan *plan = &comm->plans[i];
+    struct hoop_plan *plan = &cache->plans[i];
     if (plan->prepared && memcmp(&plan->key, key, sizeof *key) == 0) {
-      comm->plan_used[i] = comm->seq;
+      cache->used[i] = comm->seq;
       return plan;
     }
   }
@@ -211,13 +251,14 @@ static hoop_result_t build_plan(struct hoop_comm *comm,
                                 const struct hoop_call *c,
                                 const struct hoop_plan_key *key,
                                 struct hoop_plan **out) {
+  struct hoop_plan_cache *cache = comm->plans;
   int slot = 0;
   for (int i = 1; i < HOOP_PLAN_CACHE; i++) {
-    if (comm->plan_used[i] < comm->plan_used[slot])
+    if (cache->used[i] < cache->used[slot])
       slot = i;
   }
-  comm->plan_used[slot] = comm->seq;
-  struct hoop_plan *plan = *out = &comm->plans[slot];
+  cache->used[slot] = comm->seq;
+  struct hoop_plan *plan = *out = &cache->plans[slot];
   hoop__plan_free(plan);
   hoop__plan_init(plan, comm, c->dtype, c->op);
   plan->cold = c->bytes >= HOOP_COLD_BYTES;
@@ -308,6 +349,7 @@ hoop_result_t hoop__collective_run(struct hoop_comm *comm,
   hoop_result_t res = HOOP_SUCCESS;
   HOOP_CHECK(hoop__comm_enter(comm, hoop__collective_name(label)));
   HOOP_CHECK_GOTO(check_call(comm, c, per_rank), res, out);
+  HOOP_CHECK_GOTO(plan_cache(comm), res, out);
   c->slice_bytes = comm->slice_bytes / c->elem_size * c->elem_size;
   struct hoop_plan_key key = plan_key(comm, c, label, per_rank);
   struct hoop_plan *cached = cached_plan(comm, &key);

@@ -15,6 +15,7 @@
 #include "collectives/device.h"
 #include "core/bootstrap.h"
 #include "core/comm.h"
+#include "core/engine.h"
 #include "core/error.h"
 #include "core/hash.h"
 #include "core/types.h"

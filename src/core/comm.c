@@ -191,8 +191,8 @@ static void comm_free(struct hoop_comm *comm) {
   free(comm->peer_sent);
   free(comm->peer_received);
   free(comm->scratch);
-  for (int i = 0; i < HOOP_PLAN_CACHE; i++)
-    hoop__plan_free(&comm->plans[i]);
+  if (comm->plans != NULL)
+    comm->plans_free(comm->plans);
   pthread_mutex_destroy(&comm->state_lock);
   free(comm);
 }

@@ -12,17 +12,16 @@
 #include <stdint.h>
 
 #include "hoop.h"
-#include "core/engine.h"
 #include "core/peer.h"
 #include "core/socket.h"
-
-#define HOOP_PLAN_CACHE 8
 
 #define HOOP_ERROR_MAX 512
 #define HOOP_MAX_RANKS 65536
 #define HOOP_MAX_NSOCKS 16
 
 struct hoop_conn;
+struct hoop_plan;
+struct hoop_plan_cache;
 
 /* An accepted data socket whose owner has not asked for it yet. */
 struct hoop_pending_sock {
@@ -105,11 +104,12 @@ struct hoop_comm {
   uint64_t scratch_gen; /* bumped when scratch moves */
 
   /*
-   * Recent collectives' plans, run again by matching calls (engine.h):
-   * enough for a training step's buckets and the barrier between calls.
+   * Recent collectives' plans, made by the first call and owned by
+   * collectives.c, which installs plans_free with them: core frees them
+   * without knowing what a plan is.
    */
-  struct hoop_plan plans[HOOP_PLAN_CACHE];
-  uint64_t plan_used[HOOP_PLAN_CACHE]; /* seq of each plan's last call */
+  struct hoop_plan_cache *plans;
+  void (*plans_free)(struct hoop_plan_cache *plans);
 
   struct hoop_device *device; /* device-buffer proxy, made on first use */
   /* Installed with it, read atomically (hoop__comm_device_drain). */
