@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "harness.h"
+#include "queries.h"
 #include "reference.h"
 
 extern "C" {
@@ -719,64 +720,6 @@ TEST(CudaStreams, ResetStatsClearsCallsStillQueued) {
 
 // ---- Queries from another thread -----------------------------------------
 
-uint64_t sum_sent(const hoop_stats_t &st) {
-  uint64_t total = 0;
-  for (const auto &per_coll : st.by_coll)
-    for (const hoop_coll_stats_t &s : per_coll)
-      total += s.bytes_sent;
-  return total;
-}
-
-// Every query of the public API once, as a watchdog thread makes them while
-// device calls are queued: each must succeed, no snapshot may be torn, and
-// none may report an error that did not happen.  The algorithm setting is
-// the user thread's to change, so it is only read here.  Returns the
-// snapshot's bytes sent, which must never go down.
-uint64_t query_everything(RankLog &log, hoop_comm_t comm, int rank,
-                          int nranks, uint64_t last_sent) {
-  hoop_stats_t st = HOOP_STATS_INIT;
-  RANK_EXPECT_OK(log, comm, hoop_comm_get_stats(comm, &st));
-  RANK_EXPECT(log, st.bytes_sent == sum_sent(st),
-              "a torn snapshot: %llu sent in all, %llu in the parts",
-              (unsigned long long)st.bytes_sent,
-              (unsigned long long)sum_sent(st));
-  RANK_EXPECT(log, st.bytes_sent >= last_sent,
-              "bytes sent went down: %llu after %llu",
-              (unsigned long long)st.bytes_sent,
-              (unsigned long long)last_sent);
-  int peer = (rank + 1) % nranks;
-  uint64_t sent = 0, received = 0;
-  RANK_EXPECT_OK(log, comm,
-                 hoop_comm_get_peer_bytes(comm, peer, &sent, &received));
-  hoop_algo_t algo = HOOP_ALGO_AUTO;
-  RANK_EXPECT_OK(log, comm, hoop_comm_get_algo(comm, &algo));
-  RANK_EXPECT(log, algo == HOOP_ALGO_RING || algo == HOOP_ALGO_PS,
-              "setting %s", hoop_algo_name(algo));
-  double seconds = 0;
-  RANK_EXPECT_OK(log, comm,
-                 hoop_comm_predict(comm, HOOP_COLL_ALLREDUCE, HOOP_ALGO_AUTO,
-                                   1 << 20, &seconds));
-  hoop_model_t model = HOOP_MODEL_INIT;
-  RANK_EXPECT_OK(log, comm, hoop_comm_get_model(comm, &model));
-  hoop_rank_info_t info = HOOP_RANK_INFO_INIT;
-  RANK_EXPECT_OK(log, comm, hoop_comm_rank_info(comm, peer, &info));
-  const char *transport = nullptr;
-  RANK_EXPECT_OK(log, comm, hoop_comm_transport(comm, rank, peer, &transport));
-  RANK_EXPECT(log, hoop_comm_last_error(comm) != nullptr, "no last error");
-  hoop_result_t async = HOOP_ERR_INTERNAL;
-  RANK_EXPECT_OK(log, comm, hoop_comm_get_async_error(comm, &async));
-  RANK_EXPECT(log, async == HOOP_SUCCESS, "an asynchronous error: %s: %s",
-              hoop_result_name(async), hoop_comm_last_error(comm));
-  const char *path = nullptr;
-  RANK_EXPECT_OK(log, comm, hoop_comm_device_path(comm, &path));
-  RANK_EXPECT(log,
-              path != nullptr && (strcmp(path, "none") == 0 ||
-                                  strcmp(path, "cuda_ipc") == 0 ||
-                                  strcmp(path, "staged") == 0),
-              "device path %s", path != nullptr ? path : "(null)");
-  return st.bytes_sent;
-}
-
 // tests/test_threads.cc for device calls: a watchdog thread polls every
 // query while the user thread queues many device all-reduces on one
 // stream, switching the algorithm setting to the parameter server halfway
@@ -811,8 +754,9 @@ TEST_P(CudaThreads, QueriesFromAnotherThreadWhileDeviceCallsAreQueued) {
       std::thread watchdog([&] {
         uint64_t last_sent = 0;
         while (!done.load(std::memory_order_acquire) && watchdog_log.ok()) {
-          last_sent =
-              query_everything(watchdog_log, comm, rank, nranks, last_sent);
+          last_sent = query_everything(watchdog_log, comm, rank, nranks,
+                                       last_sent,
+                                       {HOOP_ALGO_RING, HOOP_ALGO_PS});
           queries++;
           usleep(100);
         }

@@ -12,74 +12,17 @@
 #include <vector>
 
 #include "harness.h"
+#include "queries.h"
 
 using namespace hooptest;
 
 namespace {
-
-uint64_t sum_sent(const hoop_stats_t &st) {
-  uint64_t total = 0;
-  for (const auto &per_coll : st.by_coll)
-    for (const hoop_coll_stats_t &s : per_coll)
-      total += s.bytes_sent;
-  return total;
-}
-
-uint64_t sum_received(const hoop_stats_t &st) {
-  uint64_t total = 0;
-  for (const auto &per_coll : st.by_coll)
-    for (const hoop_coll_stats_t &s : per_coll)
-      total += s.bytes_received;
-  return total;
-}
 
 uint64_t allreduce_calls(const hoop_stats_t &st) {
   uint64_t calls = 0;
   for (const hoop_coll_stats_t &s : st.by_coll[HOOP_COLL_ALLREDUCE])
     calls += s.calls;
   return calls;
-}
-
-// Every query of the public API, once; the failures go to `log`.  Returns
-// the snapshot's bytes sent, which must never go down.
-uint64_t query_everything(RankLog &log, hoop_comm_t comm, int rank,
-                          int nranks, uint64_t last_sent) {
-  hoop_stats_t st = HOOP_STATS_INIT;
-  RANK_EXPECT_OK(log, comm, hoop_comm_get_stats(comm, &st));
-  RANK_EXPECT(log, st.bytes_sent == sum_sent(st) &&
-                       st.bytes_received == sum_received(st),
-              "a torn snapshot: %llu sent in all, %llu in the parts",
-              (unsigned long long)st.bytes_sent,
-              (unsigned long long)sum_sent(st));
-  RANK_EXPECT(log, st.bytes_sent >= last_sent,
-              "bytes sent went down: %llu after %llu",
-              (unsigned long long)st.bytes_sent,
-              (unsigned long long)last_sent);
-  int peer = (rank + 1) % nranks;
-  uint64_t sent = 0, received = 0;
-  RANK_EXPECT_OK(log, comm,
-                 hoop_comm_get_peer_bytes(comm, peer, &sent, &received));
-  hoop_algo_t algo = HOOP_ALGO_RING;
-  RANK_EXPECT_OK(log, comm, hoop_comm_get_algo(comm, &algo));
-  RANK_EXPECT(log, algo == HOOP_ALGO_AUTO, "setting %d", (int)algo);
-  // The same setting again: a different one would let ranks disagree.
-  RANK_EXPECT_OK(log, comm, hoop_comm_set_algo(comm, HOOP_ALGO_AUTO));
-  double seconds = 0;
-  RANK_EXPECT_OK(log, comm,
-                 hoop_comm_predict(comm, HOOP_COLL_ALLREDUCE, HOOP_ALGO_AUTO,
-                                   1 << 20, &seconds));
-  hoop_model_t model = HOOP_MODEL_INIT;
-  RANK_EXPECT_OK(log, comm, hoop_comm_get_model(comm, &model));
-  hoop_rank_info_t info = HOOP_RANK_INFO_INIT;
-  RANK_EXPECT_OK(log, comm, hoop_comm_rank_info(comm, peer, &info));
-  const char *transport = nullptr;
-  RANK_EXPECT_OK(log, comm, hoop_comm_transport(comm, rank, peer, &transport));
-  int r = -1, n = -1;
-  RANK_EXPECT_OK(log, comm, hoop_comm_rank(comm, &r));
-  RANK_EXPECT_OK(log, comm, hoop_comm_size(comm, &n));
-  RANK_EXPECT(log, r == rank && n == nranks, "rank %d of %d", r, n);
-  RANK_EXPECT(log, hoop_comm_last_error(comm) != nullptr, "no last error");
-  return st.bytes_sent;
 }
 
 class Threads : public ::testing::TestWithParam<int> {};
@@ -94,8 +37,11 @@ TEST_P(Threads, QueriesFromAnotherThreadWhileCallsRun) {
     std::thread watchdog([&] {
       uint64_t last_sent = 0;
       while (!done.load(std::memory_order_acquire) && watchdog_log.ok()) {
-        last_sent =
-            query_everything(watchdog_log, comm, rank, nranks, last_sent);
+        last_sent = query_everything(watchdog_log, comm, rank, nranks,
+                                     last_sent, {HOOP_ALGO_AUTO});
+        // The same setting again: a different one would let ranks disagree.
+        RANK_EXPECT_OK(watchdog_log, comm,
+                       hoop_comm_set_algo(comm, HOOP_ALGO_AUTO));
         queries++;
         // PyTorch's watchdog polls every 100 ms; far more often still hits
         // the calls at every stage, without taking the cores they need.
