@@ -4,9 +4,12 @@
 #ifndef HOOP_TESTS_HARNESS_H
 #define HOOP_TESTS_HARNESS_H
 
+#include <arpa/inet.h>
 #include <dirent.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -60,6 +63,19 @@ class RankLog {
       (log).fail("%s:%d: %s returned %s: %s", __FILE__, __LINE__, #call,    \
                  hoop_result_name(r_), hoop_comm_last_error(comm));          \
   } while (0)
+
+// A port nobody listens on right now (the kernel's pick for port 0).
+inline int free_port() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, (sockaddr *)&a, sizeof a);
+  socklen_t len = sizeof a;
+  getsockname(fd, (sockaddr *)&a, &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
 
 const unsigned char kCanary = 0xA5;
 

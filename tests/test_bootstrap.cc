@@ -64,17 +64,10 @@ void clear_launcher_env() {
     unsetenv(name);
 }
 
-// A port nobody listens on right now (the kernel's pick for port 0).
-int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, (sockaddr *)&a, sizeof a);
-  socklen_t len = sizeof a;
-  getsockname(fd, (sockaddr *)&a, &len);
-  close(fd);
-  return ntohs(a.sin_port);
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                       start)
+      .count();
 }
 
 using EnvSetter = void (*)(int rank, int nranks, int port);
@@ -272,9 +265,7 @@ TEST(Bootstrap, InitEnvInASlurmBatchScriptWithoutSrunFailsAtOnce) {
         hoop_comm_t comm;
         auto start = std::chrono::steady_clock::now();
         hoop_result_t res = hoop_comm_init_env(&comm, &cfg);
-        double secs = std::chrono::duration<double>(
-                          std::chrono::steady_clock::now() - start)
-                          .count();
+        double secs = seconds_since(start);
         RANK_EXPECT(log, res == HOOP_ERR_INVALID_USAGE, "got %s: %s",
                     hoop_result_name(res), hoop_last_error());
         RANK_EXPECT(log, secs < 2.0, "took %.2f s", secs);
@@ -403,9 +394,7 @@ TEST(Bootstrap, MissingRankTimesOutNamingIt) {
                       "message: %s", hoop_last_error());
       },
       opt);
-  double secs = std::chrono::duration<double>(
-                    std::chrono::steady_clock::now() - start)
-                    .count();
+  double secs = seconds_since(start);
   EXPECT_TRUE(r.all_ok()) << describe(r);
   EXPECT_LT(secs, 6.0);
 }
@@ -467,9 +456,7 @@ TEST(Bootstrap, SilentConnectionsDoNotStallTheRendezvous) {
         auto start = std::chrono::steady_clock::now();
         hoop_comm_t comm;
         hoop_result_t res = hoop_comm_init_env(&comm, &cfg);
-        double secs = std::chrono::duration<double>(
-                          std::chrono::steady_clock::now() - start)
-                          .count();
+        double secs = seconds_since(start);
         if (res != HOOP_SUCCESS) {
           log.fail("init_env: %s: %s", hoop_result_name(res),
                    hoop_last_error());
@@ -635,9 +622,7 @@ TEST(SocketIfname, BadSettingFailsFastNamingTheVariable) {
                                            "HOOP_SOCKET_IFNAME='") +
                                    spec + "'",
                                3));
-    double secs = std::chrono::duration<double>(
-                      std::chrono::steady_clock::now() - start)
-                      .count();
+    double secs = seconds_since(start);
     EXPECT_NE(out.status, 0) << spec << ": " << out.text;
     EXPECT_LT(secs, 10.0) << spec << ": " << out.text;
     EXPECT_NE(out.text.find(says), std::string::npos)
@@ -679,9 +664,7 @@ TEST(SocketIfname, BadSettingStopsRanksWaitingForTheIdFile) {
                     "message: %s", hoop_last_error());
       },
       opt);
-  double secs = std::chrono::duration<double>(
-                    std::chrono::steady_clock::now() - start)
-                    .count();
+  double secs = seconds_since(start);
   EXPECT_TRUE(r.all_ok()) << describe(r);
   EXPECT_LT(secs, 5.0);
 }
@@ -737,9 +720,7 @@ TEST(SocketIfname, ConfigFieldOverridesTheVariableUnderInitEnv) {
         hoop_comm_destroy(comm);
       },
       opt);
-  double secs = std::chrono::duration<double>(
-                    std::chrono::steady_clock::now() - start)
-                    .count();
+  double secs = seconds_since(start);
   EXPECT_TRUE(r.all_ok()) << describe(r);
   EXPECT_LT(secs, 15.0);
 }

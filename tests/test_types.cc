@@ -2,10 +2,7 @@
 // which every message and report takes its names from (a value added to an
 // enum must get a name here), and the FNV-1a hash behind communicator ids,
 // host identities and send/recv size checks.
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -16,6 +13,7 @@
 #include <fstream>
 #include <string>
 
+#include "harness.h"
 #include "hoop.h"
 
 extern "C" {
@@ -84,18 +82,6 @@ uint64_t reference_fnv1a(uint64_t h, const std::string &bytes) {
   return h;
 }
 
-int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, (sockaddr *)&a, sizeof a);
-  socklen_t len = sizeof a;
-  getsockname(fd, (sockaddr *)&a, &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
 } // namespace
 
 TEST(Hash, KnownFnv1aValues) {
@@ -119,7 +105,7 @@ TEST(Hash, StepFoldsAWholeValue) {
 // from that address text; a host is its boot id, hostname and network
 // namespace.  Checked on a real one-rank communicator.
 TEST(Hash, CommunicatorIdAndHostIdentityAreFnv1aOfTheirTexts) {
-  std::string addr = "127.0.0.1:" + std::to_string(free_port());
+  std::string addr = "127.0.0.1:" + std::to_string(hooptest::free_port());
   for (const char *name : {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
                            "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
                            "SLURM_PROCID", "SLURM_NTASKS", "SLURM_JOB_ID",
