@@ -144,20 +144,6 @@ static void learn_capabilities(struct hoop_peer_info *me) {
   me->verbs_devices = count_entries("/sys/class/infiniband");
 }
 
-struct hello {
-  uint32_t magic;
-  uint32_t version;
-  uint64_t comm_id;
-  int32_t rank;
-  int32_t nranks;
-  struct hoop_peer_info info;
-};
-
-struct reply {
-  int32_t status; /* hoop_result_t */
-  char message[256];
-};
-
 static void fill_self(struct hoop_comm *comm, const struct hoop_addr *listen) {
   struct hoop_peer_info *me = &comm->peers[comm->rank];
   memset(me, 0, sizeof *me);
@@ -192,7 +178,8 @@ static hoop_result_t open_data_listener(struct hoop_comm *comm,
   return HOOP_SUCCESS;
 }
 
-static void send_reply_to_all(int *fds, int nranks, const struct reply *r,
+static void send_reply_to_all(int *fds, int nranks,
+                              const struct hoop_reply *r,
                               long long deadline) {
   for (int i = 1; i < nranks; i++) {
     if (fds[i] >= 0)
@@ -200,15 +187,12 @@ static void send_reply_to_all(int *fds, int nranks, const struct reply *r,
   }
 }
 
-/* Checks one hello against what rank 0 expects; fills `why` if bad. */
-static int hello_ok(const struct hoop_comm *comm, const struct hello *h,
+/*
+ * Checks a well-formed hello against this communicator; fills `why` if it
+ * is not one of its missing ranks.
+ */
+static int hello_ok(const struct hoop_comm *comm, const struct hoop_hello *h,
                     const int *fds, char *why, size_t len) {
-  if (h->magic != HOOP_WIRE_MAGIC || h->version != HOOP_WIRE_VERSION) {
-    snprintf(why, len, "a process that is not hoop (or another protocol "
-                       "version %u) connected to the rendezvous",
-             h->version);
-    return 0;
-  }
   if (h->comm_id != comm->comm_id) {
     snprintf(why, len, "a rank of another communicator (id %016llx) "
                        "connected to this one's rendezvous",
@@ -221,9 +205,8 @@ static int hello_ok(const struct hoop_comm *comm, const struct hello *h,
              h->rank, h->nranks, comm->nranks);
     return 0;
   }
-  if (h->rank <= 0 || h->rank >= comm->nranks) {
-    snprintf(why, len, "a process joined as rank %d of %d", h->rank,
-             comm->nranks);
+  if (h->rank == 0) {
+    snprintf(why, len, "a process joined as rank 0 of %d", comm->nranks);
     return 0;
   }
   if (fds[h->rank] >= 0) {
@@ -262,7 +245,7 @@ struct pending_hello {
   long long deadline;
   size_t got;
   struct hoop_addr from;
-  struct hello h;
+  unsigned char bytes[sizeof(struct hoop_hello)];
 };
 
 static void drop_pending(struct pending_hello *p, int *npending, int i,
@@ -271,7 +254,7 @@ static void drop_pending(struct pending_hello *p, int *npending, int i,
   if (why != NULL)
     HOOP_INFO("rendezvous: dropped the connection from %s after %zu of %zu "
               "hello bytes: %s",
-              hoop__addr_str(&p[i].from, astr), p[i].got, sizeof p[i].h,
+              hoop__addr_str(&p[i].from, astr), p[i].got, sizeof p[i].bytes,
               why);
   close(p[i].fd);
   p[i] = p[--*npending];
@@ -283,10 +266,10 @@ static void drop_pending(struct pending_hello *p, int *npending, int i,
  */
 static int read_hello(struct pending_hello *p, int *npending, int i) {
   struct pending_hello *c = &p[i];
-  ssize_t n = recv(c->fd, (char *)&c->h + c->got, sizeof c->h - c->got, 0);
+  ssize_t n = recv(c->fd, c->bytes + c->got, sizeof c->bytes - c->got, 0);
   if (n > 0) {
     c->got += (size_t)n;
-    return c->got == sizeof c->h;
+    return c->got == sizeof c->bytes;
   }
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
     return 0;
@@ -295,28 +278,42 @@ static int read_hello(struct pending_hello *p, int *npending, int i) {
 }
 
 /*
+ * Tells a connection why it cannot join, briefly: one that does not read
+ * must not hold up the others.
+ */
+static void refuse_hello(int fd, const char *why, long long deadline) {
+  struct hoop_reply bad = {HOOP_ERR_MISMATCH, ""};
+  snprintf(bad.message, sizeof bad.message, "%s", why);
+  long long soon = hoop__now_ms() + 100;
+  hoop__sock_send_all(NULL, fd, &bad, sizeof bad,
+                      soon < deadline ? soon : deadline, "a rank");
+  close(fd);
+}
+
+/*
  * Takes a complete hello: the rank joins, or the connection is told why
- * not.  A stray process is ignored; a wrong member dooms the job.
+ * not.  A stray or malformed hello is ignored; a wrong member dooms the
+ * job.
  */
 static hoop_result_t take_hello(struct hoop_comm *comm, int *fds,
                                 struct pending_hello *c, long long deadline,
                                 int *joined) {
-  char why[200];
-  if (hello_ok(comm, &c->h, fds, why, sizeof why)) {
-    fds[c->h.rank] = c->fd;
-    comm->peers[c->h.rank] = c->h.info;
+  char why[200], astr[HOOP_ADDR_STRLEN];
+  struct hoop_hello h;
+  if (!hoop__hello_parse(c->bytes, sizeof c->bytes, &h, why, sizeof why)) {
+    HOOP_WARN("rendezvous: ignored %s: %s", hoop__addr_str(&c->from, astr),
+              why);
+    refuse_hello(c->fd, why, deadline);
+    return HOOP_SUCCESS;
+  }
+  if (hello_ok(comm, &h, fds, why, sizeof why)) {
+    fds[h.rank] = c->fd;
+    comm->peers[h.rank] = h.info;
     ++*joined;
     return HOOP_SUCCESS;
   }
-  struct reply bad = {HOOP_ERR_MISMATCH, ""};
-  snprintf(bad.message, sizeof bad.message, "%s", why);
-  /* Short: a stray that does not read must not hold up the others. */
-  long long soon = hoop__now_ms() + 100;
-  hoop__sock_send_all(NULL, c->fd, &bad, sizeof bad,
-                      soon < deadline ? soon : deadline, "a rank");
-  close(c->fd);
-  if (c->h.magic != HOOP_WIRE_MAGIC || c->h.comm_id != comm->comm_id) {
-    char astr[HOOP_ADDR_STRLEN];
+  refuse_hello(c->fd, why, deadline);
+  if (h.comm_id != comm->comm_id) {
     HOOP_INFO("rendezvous: ignored %s: %s", hoop__addr_str(&c->from, astr),
               why);
     return HOOP_SUCCESS;
@@ -415,7 +412,7 @@ static hoop_result_t root_gather(struct hoop_comm *comm, int lfd,
     return HOOP_ERROR(comm, HOOP_ERR_NO_MEMORY, "bootstrap table");
   for (int i = 0; i < n; i++)
     fds[i] = -1;
-  struct reply rep = {HOOP_SUCCESS, ""};
+  struct hoop_reply rep = {HOOP_SUCCESS, ""};
   HOOP_CHECK_GOTO(gather_hellos(comm, lfd, fds, deadline), res, fail);
   for (int i = 1; i < n; i++) {
     res = hoop__sock_send_all(comm, fds[i], &rep, sizeof rep, deadline,
@@ -440,6 +437,47 @@ out:
   return res;
 }
 
+static hoop_result_t receive_reply(struct hoop_comm *comm, int fd,
+                                   long long deadline, const char *root_desc,
+                                   struct hoop_reply *rep) {
+  unsigned char bytes[sizeof *rep];
+  char why[200];
+  hoop_result_t res =
+      hoop__sock_recv_all(comm, fd, bytes, sizeof bytes, deadline, root_desc);
+  if (res == HOOP_ERR_TIMEOUT)
+    return HOOP_ERROR(comm, HOOP_ERR_TIMEOUT,
+                      "rendezvous: %s did not complete within %d ms (are "
+                      "all %d ranks started?)",
+                      root_desc, comm->timeout_ms, comm->nranks);
+  if (res != HOOP_SUCCESS)
+    return res;
+  if (!hoop__reply_parse(bytes, sizeof bytes, rep, why, sizeof why))
+    return HOOP_ERROR(comm, HOOP_ERR_MISMATCH,
+                      "rendezvous: %s answered with %s", root_desc, why);
+  return HOOP_SUCCESS;
+}
+
+/* Receives the peer table into comm->peers, every entry checked. */
+static hoop_result_t receive_table(struct hoop_comm *comm, int fd,
+                                   long long deadline,
+                                   const char *root_desc) {
+  size_t bytes = sizeof *comm->peers * (size_t)comm->nranks;
+  void *table = malloc(bytes);
+  if (table == NULL)
+    return HOOP_ERROR(comm, HOOP_ERR_NO_MEMORY, "rendezvous: peer table");
+  char why[200];
+  hoop_result_t res =
+      hoop__sock_recv_all(comm, fd, table, bytes, deadline, root_desc);
+  if (res == HOOP_SUCCESS &&
+      !hoop__peer_table_parse(table, bytes, comm->nranks, comm->peers, why,
+                              sizeof why))
+    res = HOOP_ERROR(comm, HOOP_ERR_MISMATCH,
+                     "rendezvous: %s sent a bad peer table: %s", root_desc,
+                     why);
+  free(table);
+  return res;
+}
+
 static hoop_result_t join_root(struct hoop_comm *comm,
                                const struct hoop_uid *uid,
                                long long deadline) {
@@ -456,31 +494,21 @@ static hoop_result_t join_root(struct hoop_comm *comm,
   struct hoop_addr local;
   hoop__addr_from_sockaddr((struct sockaddr *)&ss, &local);
   HOOP_CHECK_GOTO(open_data_listener(comm, &local), res, out);
-  struct hello h = {HOOP_WIRE_MAGIC, HOOP_WIRE_VERSION, comm->comm_id,
-                    comm->rank, comm->nranks, comm->peers[comm->rank]};
+  struct hoop_hello h = {HOOP_WIRE_MAGIC, HOOP_WIRE_VERSION, comm->comm_id,
+                         comm->rank, comm->nranks, comm->peers[comm->rank]};
   HOOP_CHECK_GOTO(hoop__sock_send_all(comm, fd, &h, sizeof h, deadline,
                                       root_desc),
                   res, out);
-  struct reply rep;
-  res = hoop__sock_recv_all(comm, fd, &rep, sizeof rep, deadline, root_desc);
-  if (res == HOOP_ERR_TIMEOUT)
-    res = HOOP_ERROR(comm, HOOP_ERR_TIMEOUT,
-                     "rendezvous: %s did not complete within %d ms (are "
-                     "all %d ranks started?)",
-                     root_desc, comm->timeout_ms, comm->nranks);
+  struct hoop_reply rep;
+  res = receive_reply(comm, fd, deadline, root_desc, &rep);
   if (res != HOOP_SUCCESS)
     goto out;
   if (rep.status != HOOP_SUCCESS) {
-    rep.message[sizeof rep.message - 1] = '\0';
     res = HOOP_ERROR(comm, (hoop_result_t)rep.status,
                      "rendezvous failed: %s", rep.message);
     goto out;
   }
-  HOOP_CHECK_GOTO(hoop__sock_recv_all(comm, fd, comm->peers,
-                                      sizeof *comm->peers *
-                                          (size_t)comm->nranks,
-                                      deadline, root_desc),
-                  res, out);
+  res = receive_table(comm, fd, deadline, root_desc);
 out:
   close(fd);
   return res;

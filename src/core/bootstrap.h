@@ -10,12 +10,11 @@
 
 #include "hoop.h"
 #include "core/socket.h"
+#include "core/wire.h"
 
 struct hoop_comm;
 
 #define HOOP_UID_MAGIC 0x686f6f7055494431ULL /* "hoopUID1" */
-#define HOOP_WIRE_MAGIC 0x686f6f70u          /* "hoop" */
-#define HOOP_WIRE_VERSION 2u
 
 /* The inside of a hoop_unique_id_t. */
 struct hoop_uid {

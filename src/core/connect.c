@@ -26,16 +26,6 @@ const char *hoop__peer_desc(const struct hoop_comm *comm, int peer,
   return buf;
 }
 
-struct handshake {
-  uint32_t magic;
-  uint32_t version;
-  uint64_t comm_id;
-  int32_t from;
-  int32_t to;
-  int32_t channel;
-  int32_t reserved;
-};
-
 /*
  * Waits for the ack of a dialled peer.  A peer that never accepts (it is
  * in another call, or failed) must not hold this rank for the whole
@@ -70,8 +60,8 @@ static hoop_result_t dial(struct hoop_comm *comm, int peer, int channel,
   int fd;
   HOOP_CHECK(hoop__sock_connect(comm, &comm->peers[peer].addr, deadline,
                                 desc, &fd));
-  struct handshake hs = {HOOP_WIRE_MAGIC, HOOP_WIRE_VERSION, comm->comm_id,
-                         comm->rank, peer, channel, 0};
+  struct hoop_handshake hs = {HOOP_WIRE_MAGIC, HOOP_WIRE_VERSION,
+                              comm->comm_id, comm->rank, peer, channel, 0};
   int32_t status = HOOP_ERR_INTERNAL;
   hoop_result_t res =
       hoop__sock_send_all(comm, fd, &hs, sizeof hs, deadline, desc);
@@ -104,13 +94,6 @@ static bool take_pending(struct hoop_comm *comm, int peer, int channel,
   }
   return false;
 }
-
-/*
- * A failing rank dials every peer once on this channel and sends its error
- * text, so that ranks which only see the cascade (a neighbour closing)
- * still report the root cause.
- */
-#define NOTICE_CHANNEL (-1)
 
 /* Keeps the error that broke the communicator, then publishes it. */
 static void set_broken(struct hoop_comm *comm, hoop_result_t result) {
@@ -146,33 +129,37 @@ static hoop_result_t accept_one(struct hoop_comm *comm, long long deadline,
   struct hoop_addr from;
   HOOP_CHECK(hoop__sock_accept(comm, comm->listen_fd, deadline, waiting_for,
                                &fd, &from));
-  struct handshake hs;
-  if (hoop__sock_recv_all(comm, fd, &hs, sizeof hs, deadline,
+  unsigned char bytes[sizeof(struct hoop_handshake)];
+  if (hoop__sock_recv_all(comm, fd, bytes, sizeof bytes, deadline,
                           "a connecting rank") != HOOP_SUCCESS) {
     close(fd);
     return HOOP_SUCCESS;
   }
-  bool ours = hs.magic == HOOP_WIRE_MAGIC && hs.version == HOOP_WIRE_VERSION &&
-              hs.comm_id == comm->comm_id && hs.to == comm->rank &&
-              hs.from >= 0 && hs.from < comm->nranks;
-  if (ours && hs.channel == NOTICE_CHANNEL) {
-    char reason[HOOP_ERROR_MAX];
-    hoop_result_t got = hoop__sock_recv_all(comm, fd, reason, sizeof reason,
+  struct hoop_handshake hs;
+  char why[200] = "";
+  bool ours = hoop__handshake_parse(bytes, sizeof bytes, comm->nranks,
+                                    comm->nsocks, &hs, why, sizeof why);
+  if (ours && (hs.comm_id != comm->comm_id || hs.to != comm->rank)) {
+    snprintf(why, sizeof why, "for communicator %016llx, rank %d",
+             (unsigned long long)hs.comm_id, hs.to);
+    ours = false;
+  }
+  if (ours && hs.channel == HOOP_NOTICE_CHANNEL) {
+    char text[HOOP_NOTICE_BYTES], reason[HOOP_NOTICE_BYTES];
+    hoop_result_t got = hoop__sock_recv_all(comm, fd, text, sizeof text,
                                             deadline, "a failing rank");
     close(fd);
-    reason[sizeof reason - 1] = '\0';
+    hoop__notice_parse(text, sizeof text, reason, sizeof reason);
     return notice_error(comm, hs.from,
                         got == HOOP_SUCCESS ? reason : "(no reason given)");
   }
-  bool ok = ours && hs.channel >= 0 && hs.channel < comm->nsocks;
-  int32_t status = ok ? HOOP_SUCCESS : HOOP_ERR_MISMATCH;
+  int32_t status = ours ? HOOP_SUCCESS : HOOP_ERR_MISMATCH;
   hoop__sock_send_all(comm, fd, &status, sizeof status, deadline,
                       "a connecting rank");
-  if (!ok) {
+  if (!ours) {
     char astr[HOOP_ADDR_STRLEN];
-    HOOP_WARN("rank %d: refused a data connection from %s (not for this "
-              "communicator, rank or channel)",
-              comm->rank, hoop__addr_str(&from, astr));
+    HOOP_WARN("rank %d: refused a data connection from %s: %s", comm->rank,
+              hoop__addr_str(&from, astr), why);
     close(fd);
     return HOOP_SUCCESS;
   }
@@ -212,7 +199,9 @@ hoop_result_t hoop__comm_check_notices(struct hoop_comm *comm, int wait_ms) {
 }
 
 static void send_notices(struct hoop_comm *comm) {
-  char reason[HOOP_ERROR_MAX];
+  _Static_assert(HOOP_NOTICE_BYTES <= HOOP_ERROR_MAX,
+                 "a notice carries the start of the error");
+  char reason[HOOP_NOTICE_BYTES];
   memcpy(reason, comm->last_error, sizeof reason);
   long long deadline = hoop__now_ms() + 200;
   for (int peer = 0; peer < comm->nranks; peer++) {
@@ -225,8 +214,9 @@ static void send_notices(struct hoop_comm *comm) {
     if (hoop__sock_connect(NULL, &comm->peers[peer].addr, hoop__now_ms(),
                            desc, &fd) != HOOP_SUCCESS)
       continue;
-    struct handshake hs = {HOOP_WIRE_MAGIC, HOOP_WIRE_VERSION, comm->comm_id,
-                           comm->rank, peer, NOTICE_CHANNEL, 0};
+    struct hoop_handshake hs = {HOOP_WIRE_MAGIC, HOOP_WIRE_VERSION,
+                                comm->comm_id, comm->rank, peer,
+                                HOOP_NOTICE_CHANNEL, 0};
     if (hoop__sock_send_all(NULL, fd, &hs, sizeof hs, deadline, desc) ==
         HOOP_SUCCESS)
       hoop__sock_send_all(NULL, fd, reason, sizeof reason, deadline, desc);

@@ -11,6 +11,7 @@
 #include "core/comm.h"
 #include "core/error.h"
 #include "core/types.h"
+#include "core/wire.h"
 #include "reduce/reduce.h"
 #include "transport/transport.h"
 
@@ -122,13 +123,12 @@ static hoop_result_t check_header(const struct hoop_plan *p,
                                   const struct hoop_link *l,
                                   const void *bytes) {
   struct hoop_wire_header got;
-  memcpy(&got, bytes, sizeof got);
-  const struct hoop_wire_header *mine = &l->header;
-  if (got.magic != mine->magic || got.version != mine->version)
+  char why[200];
+  if (!hoop__wire_header_parse(bytes, HEADER_BYTES, &got, why, sizeof why))
     return HOOP_ERROR(p->comm, HOOP_ERR_MISMATCH,
-                      "stream from %s is out of step: expected a header "
-                      "(magic %08x) and got %08x",
-                      l->conn->peer_desc, mine->magic, got.magic);
+                      "stream from %s is out of step: %s",
+                      l->conn->peer_desc, why);
+  const struct hoop_wire_header *mine = &l->header;
   if (got.coll == mine->coll && got.dtype == mine->dtype &&
       got.op == mine->op && got.seq == mine->seq &&
       got.count == mine->count && got.root == mine->root &&

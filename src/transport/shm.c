@@ -35,6 +35,7 @@
 
 #include "core/error.h"
 #include "core/param.h"
+#include "transport/shm.h"
 #include "transport/transport.h"
 
 /*
@@ -89,14 +90,6 @@ struct shm_segment {
 };
 _Static_assert(sizeof(struct shm_segment) <= SHM_HEADER_BYTES,
                "the segment header fits its page");
-
-/* What the creating (lower) rank tells its peer over the socket. */
-struct shm_offer {
-  char name[64];
-  uint64_t segment_bytes;
-  uint64_t ring_bytes;
-  uint64_t slot_bytes;
-};
 
 struct shm_conn {
   struct hoop_conn base;
@@ -376,7 +369,7 @@ static hoop_result_t map_segment(struct shm_conn *c, int fd, size_t bytes,
 /* The lower rank makes the segment and offers it to its peer. */
 static hoop_result_t create_segment(struct shm_conn *c,
                                     const struct hoop_conn_setup *setup,
-                                    struct shm_offer *o) {
+                                    struct hoop_shm_offer *o) {
   uint32_t nonce;
   if (getentropy(&nonce, sizeof nonce) != 0)
     nonce = (uint32_t)hoop__now_ns();
@@ -416,20 +409,49 @@ static hoop_result_t create_segment(struct shm_conn *c,
   return HOOP_SUCCESS;
 }
 
-/* The higher rank maps what its peer offered, then unlinks it. */
+bool hoop__shm_offer_parse(const void *bytes, size_t len,
+                           struct hoop_shm_offer *out, char *why,
+                           size_t why_len) {
+  struct hoop_shm_offer o;
+  if (len != sizeof o) {
+    snprintf(why, why_len, "an offer of %zu bytes, not %zu", len, sizeof o);
+    return false;
+  }
+  memcpy(&o, bytes, sizeof o);
+  size_t name_len = strnlen(o.name, sizeof o.name);
+  if (name_len == sizeof o.name || strncmp(o.name, "/hoop-", 6) != 0 ||
+      strspn(o.name + 1, "abcdefghijklmnopqrstuvwxyz"
+                         "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-") !=
+          name_len - 1) {
+    snprintf(why, why_len, "a segment name that is not /hoop-... within "
+                           "%zu bytes",
+             sizeof o.name);
+    return false;
+  }
+  /* Each bound keeps the products below from wrapping around. */
+  if (o.slot_bytes < 4096 || o.slot_bytes > (64u << 20) ||
+      o.slot_bytes % 64 != 0 || o.ring_bytes % o.slot_bytes != 0 ||
+      o.ring_bytes / o.slot_bytes < 2 || o.ring_bytes / o.slot_bytes > 64 ||
+      o.segment_bytes != SHM_HEADER_BYTES + 2 * o.ring_bytes) {
+    snprintf(why, why_len,
+             "rings of %llu bytes in slots of %llu, in a segment of %llu",
+             (unsigned long long)o.ring_bytes,
+             (unsigned long long)o.slot_bytes,
+             (unsigned long long)o.segment_bytes);
+    return false;
+  }
+  *out = o;
+  return true;
+}
+
+/*
+ * The higher rank maps what its peer offered, then unlinks it.  The
+ * segment must belong to this user: another local user could not have
+ * made one the peer offers, short of guessing its name first.
+ */
 static hoop_result_t open_segment(struct shm_conn *c,
-                                  const struct shm_offer *o) {
-  char name[sizeof o->name + 1];
-  memcpy(name, o->name, sizeof o->name);
-  name[sizeof o->name] = '\0';
-  if (strncmp(name, "/hoop-", 6) != 0 || strchr(name + 1, '/') != NULL ||
-      o->ring_bytes == 0 || o->ring_bytes % 64 != 0 ||
-      o->slot_bytes == 0 || o->ring_bytes % o->slot_bytes != 0 ||
-      o->segment_bytes != SHM_HEADER_BYTES + 2 * o->ring_bytes)
-    return HOOP_ERROR(NULL, HOOP_ERR_MISMATCH,
-                      "%s offered a malformed shared memory segment "
-                      "(different hoop versions?)",
-                      c->base.peer_desc);
+                                  const struct hoop_shm_offer *o) {
+  const char *name = o->name;
   int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
   if (fd < 0)
     return HOOP_ERROR(NULL, HOOP_ERR_SYSTEM,
@@ -439,10 +461,11 @@ static hoop_result_t open_segment(struct shm_conn *c,
   shm_unlink(name);
   struct stat st;
   hoop_result_t res;
-  if (fstat(fd, &st) != 0 || (uint64_t)st.st_size != o->segment_bytes)
+  if (fstat(fd, &st) != 0 || (uint64_t)st.st_size != o->segment_bytes ||
+      st.st_uid != geteuid())
     res = HOOP_ERROR(NULL, HOOP_ERR_MISMATCH,
                      "shared memory segment %s from %s is not the size "
-                     "offered",
+                     "offered or not this user's",
                      name, c->base.peer_desc);
   else
     res = map_segment(c, fd, o->segment_bytes, name);
@@ -456,7 +479,7 @@ static hoop_result_t open_segment(struct shm_conn *c,
 }
 
 /* Slot and ring sizes from the environment (checked when the comm was made). */
-static void geometry(struct shm_offer *o) {
+static void geometry(struct hoop_shm_offer *o) {
   o->slot_bytes = (uint64_t)hoop__param_shm_slot_bytes();
   o->ring_bytes = o->slot_bytes * (uint64_t)hoop__param_shm_slots();
   o->segment_bytes = SHM_HEADER_BYTES + 2 * o->ring_bytes;
@@ -466,7 +489,7 @@ static void geometry(struct shm_offer *o) {
 static hoop_result_t connect_lower(struct shm_conn *c,
                                    const struct hoop_conn_setup *setup) {
   long long deadline = setup->deadline;
-  struct shm_offer o = {0};
+  struct hoop_shm_offer o = {0};
   geometry(&o);
   HOOP_CHECK(create_segment(c, setup, &o));
   int32_t status = HOOP_ERR_INTERNAL;
@@ -489,10 +512,19 @@ static hoop_result_t connect_lower(struct shm_conn *c,
 }
 
 static hoop_result_t connect_higher(struct shm_conn *c, long long deadline) {
-  struct shm_offer o;
-  HOOP_CHECK(hoop__sock_recv_all(NULL, c->fd, &o, sizeof o, deadline,
+  unsigned char bytes[sizeof(struct hoop_shm_offer)];
+  HOOP_CHECK(hoop__sock_recv_all(NULL, c->fd, bytes, sizeof bytes, deadline,
                                  c->base.peer_desc));
-  hoop_result_t res = open_segment(c, &o);
+  struct hoop_shm_offer o;
+  char why[200];
+  hoop_result_t res;
+  if (!hoop__shm_offer_parse(bytes, sizeof bytes, &o, why, sizeof why))
+    res = HOOP_ERROR(NULL, HOOP_ERR_MISMATCH,
+                     "%s offered a malformed shared memory segment: %s "
+                     "(different hoop versions?)",
+                     c->base.peer_desc, why);
+  else
+    res = open_segment(c, &o);
   int32_t status = res;
   hoop_result_t sent = hoop__sock_send_all(NULL, c->fd, &status,
                                            sizeof status, deadline,

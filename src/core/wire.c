@@ -1,0 +1,178 @@
+/* The parsers of the set-up messages and the collective header; see wire.h. */
+#include "core/wire.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "core/comm.h"
+#include "core/engine.h"
+
+__attribute__((format(printf, 3, 4))) static bool refuse(char *why,
+                                                         size_t len,
+                                                         const char *fmt,
+                                                         ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(why, len, fmt, ap);
+  va_end(ap);
+  return false;
+}
+
+/* Copies text of at most `len` bytes, cut at its first NUL and to `cap`,
+   with control characters made visible, since it ends up in logs. */
+static void copy_text(char *dst, size_t cap, const char *src, size_t len) {
+  size_t n = 0;
+  while (n + 1 < cap && n < len && src[n] != '\0') {
+    unsigned char c = (unsigned char)src[n];
+    dst[n] = c < 0x20 || c == 0x7f ? '?' : (char)c;
+    n++;
+  }
+  dst[n] = '\0';
+}
+
+bool hoop__peer_info_parse(const void *bytes, int32_t rank,
+                           struct hoop_peer_info *out, char *why,
+                           size_t why_len) {
+  struct hoop_peer_info p;
+  memcpy(&p, bytes, sizeof p);
+  if (p.rank != rank)
+    return refuse(why, why_len, "the info of rank %d says rank %d", rank,
+                  p.rank);
+  if ((p.addr.family != AF_INET && p.addr.family != AF_INET6) ||
+      p.addr.port == 0)
+    return refuse(why, why_len,
+                  "rank %d's address has family %u and port %u", rank,
+                  p.addr.family, p.addr.port);
+  if (p.pid <= 0 || (p.caps & ~HOOP_CAP_SHM) != 0 || p.cuda_devices < 0 ||
+      p.verbs_devices < 0)
+    return refuse(why, why_len,
+                  "rank %d's info has pid %d, capabilities %#x, %d GPUs "
+                  "and %d RDMA devices",
+                  rank, p.pid, p.caps, p.cuda_devices, p.verbs_devices);
+  if (memchr(p.hostname, '\0', sizeof p.hostname) == NULL)
+    return refuse(why, why_len,
+                  "rank %d's host name does not end within its %zu bytes",
+                  rank, sizeof p.hostname);
+  *out = p;
+  return true;
+}
+
+bool hoop__hello_parse(const void *bytes, size_t len, struct hoop_hello *out,
+                       char *why, size_t why_len) {
+  struct hoop_hello h;
+  if (len != sizeof h)
+    return refuse(why, why_len, "a hello of %zu bytes, not %zu", len,
+                  sizeof h);
+  memcpy(&h, bytes, sizeof h);
+  if (h.magic != HOOP_WIRE_MAGIC || h.version != HOOP_WIRE_VERSION)
+    return refuse(why, why_len,
+                  "not a hoop hello of this protocol version (magic "
+                  "%08x, version %u)",
+                  h.magic, h.version);
+  if (h.nranks < 1 || h.nranks > HOOP_MAX_RANKS || h.rank < 0 ||
+      h.rank >= h.nranks)
+    return refuse(why, why_len, "a hello from rank %d of %d", h.rank,
+                  h.nranks);
+  if (!hoop__peer_info_parse((const char *)bytes +
+                                 offsetof(struct hoop_hello, info),
+                             h.rank, &h.info, why, why_len))
+    return false;
+  *out = h;
+  return true;
+}
+
+/* Whether `status` is one of the result codes of this hoop. */
+static bool known_result(int32_t status) {
+  switch (status) {
+#define HOOP_RESULT_CASE_(name, value, text) case value:
+    HOOP_RESULT_LIST(HOOP_RESULT_CASE_)
+#undef HOOP_RESULT_CASE_
+    return true;
+  }
+  return false;
+}
+
+bool hoop__reply_parse(const void *bytes, size_t len, struct hoop_reply *out,
+                       char *why, size_t why_len) {
+  struct hoop_reply r;
+  if (len != sizeof r)
+    return refuse(why, why_len, "a reply of %zu bytes, not %zu", len,
+                  sizeof r);
+  memcpy(&r, bytes, sizeof r);
+  if (!known_result(r.status))
+    return refuse(why, why_len, "a reply with status %d", r.status);
+  out->status = r.status;
+  copy_text(out->message, sizeof out->message, r.message, sizeof r.message);
+  return true;
+}
+
+bool hoop__peer_table_parse(const void *bytes, size_t len, int32_t nranks,
+                            struct hoop_peer_info *out, char *why,
+                            size_t why_len) {
+  size_t entry = sizeof *out;
+  if (nranks < 1 || nranks > HOOP_MAX_RANKS || len != entry * (size_t)nranks)
+    return refuse(why, why_len, "a table of %zu bytes for %d ranks", len,
+                  nranks);
+  for (int32_t r = 0; r < nranks; r++) {
+    if (!hoop__peer_info_parse((const char *)bytes + entry * (size_t)r, r,
+                               &out[r], why, why_len))
+      return false;
+  }
+  return true;
+}
+
+bool hoop__handshake_parse(const void *bytes, size_t len, int32_t nranks,
+                           int32_t nsocks, struct hoop_handshake *out,
+                           char *why, size_t why_len) {
+  struct hoop_handshake h;
+  if (len != sizeof h)
+    return refuse(why, why_len, "a handshake of %zu bytes, not %zu", len,
+                  sizeof h);
+  memcpy(&h, bytes, sizeof h);
+  if (h.magic != HOOP_WIRE_MAGIC || h.version != HOOP_WIRE_VERSION)
+    return refuse(why, why_len,
+                  "not a hoop handshake of this protocol version (magic "
+                  "%08x, version %u)",
+                  h.magic, h.version);
+  if (h.from < 0 || h.from >= nranks || h.to < 0 || h.to >= nranks ||
+      h.from == h.to)
+    return refuse(why, why_len, "a handshake from rank %d to rank %d of %d",
+                  h.from, h.to, nranks);
+  if (h.channel != HOOP_NOTICE_CHANNEL &&
+      (h.channel < 0 || h.channel >= nsocks))
+    return refuse(why, why_len, "a handshake for channel %d of %d",
+                  h.channel, nsocks);
+  *out = h;
+  return true;
+}
+
+void hoop__notice_parse(const void *bytes, size_t len, char *reason,
+                        size_t cap) {
+  copy_text(reason, cap, bytes, len);
+}
+
+bool hoop__wire_header_parse(const void *bytes, size_t len,
+                             struct hoop_wire_header *out, char *why,
+                             size_t why_len) {
+  struct hoop_wire_header h;
+  if (len != sizeof h)
+    return refuse(why, why_len, "a header of %zu bytes, not %zu", len,
+                  sizeof h);
+  memcpy(&h, bytes, sizeof h);
+  if (h.magic != HOOP_WIRE_MAGIC || h.version != HOOP_WIRE_VERSION)
+    return refuse(why, why_len,
+                  "expected a header (magic %08x, version %u) and got "
+                  "magic %08x, version %u",
+                  HOOP_WIRE_MAGIC, HOOP_WIRE_VERSION, h.magic, h.version);
+  if (h.coll < 1 || h.coll >= HOOP_COLL_COUNT || h.dtype >= HOOP_DTYPE_COUNT ||
+      h.op >= HOOP_OP_COUNT || h.algo >= HOOP_ALGO_COUNT ||
+      h.nchannels < 1 || h.nchannels > HOOP_MAX_NSOCKS)
+    return refuse(why, why_len,
+                  "a header with collective %u, dtype %u, op %u, algorithm "
+                  "%u and %u channel(s)",
+                  h.coll, h.dtype, h.op, h.algo, h.nchannels);
+  *out = h;
+  return true;
+}

@@ -1,0 +1,111 @@
+/*
+ * The messages that reach a rank from outside its process while a
+ * communicator forms and breaks, and one parser for each.  A parser is the
+ * only place where that message's fields are bounded: sizes, ranks,
+ * counts, enum values, and strings (which must end within their field).
+ * Nothing reads a field of these messages before its parser has passed
+ * it, so a peer that is buggy, of another version or hostile can neither
+ * overrun a buffer nor feed nonsense further in.  Parsers read bytes and
+ * touch no socket, which lets the fuzz targets (tests/fuzz) call them
+ * directly.  Each returns true, or false with the reason in `why`.
+ */
+#ifndef HOOP_WIRE_H
+#define HOOP_WIRE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/peer.h"
+
+#define HOOP_WIRE_MAGIC 0x686f6f70u /* "hoop" */
+#define HOOP_WIRE_VERSION 2u
+
+/* A rank introducing itself to rank 0 at the rendezvous. */
+struct hoop_hello {
+  uint32_t magic;
+  uint32_t version;
+  uint64_t comm_id;
+  int32_t rank;
+  int32_t nranks;
+  struct hoop_peer_info info;
+};
+
+/* Rank 0's answer to a hello: HOOP_SUCCESS then the table, or why not. */
+struct hoop_reply {
+  int32_t status; /* hoop_result_t */
+  char message[256];
+};
+
+/* The first bytes of every connection to a rank's data listener. */
+struct hoop_handshake {
+  uint32_t magic;
+  uint32_t version;
+  uint64_t comm_id;
+  int32_t from;
+  int32_t to;
+  int32_t channel; /* a data channel, or HOOP_NOTICE_CHANNEL */
+  int32_t reserved;
+};
+
+/* The channel of a failure notice: the reason text follows. */
+#define HOOP_NOTICE_CHANNEL (-1)
+#define HOOP_NOTICE_BYTES 512
+
+struct hoop_wire_header;
+
+/*
+ * One published peer info, claimed by `rank`: an IPv4 or IPv6 address
+ * with a port, a positive pid, known capability bits, device counts of
+ * at least 0, and a host name that ends within its field.
+ */
+bool hoop__peer_info_parse(const void *bytes, int32_t rank,
+                           struct hoop_peer_info *out, char *why,
+                           size_t why_len);
+
+/*
+ * A hello of `len` bytes: its own magic and version, 1 <= nranks <=
+ * HOOP_MAX_RANKS, 0 <= rank < nranks and a sane info for that rank.
+ * Whether it belongs to this communicator is the caller's question.
+ */
+bool hoop__hello_parse(const void *bytes, size_t len, struct hoop_hello *out,
+                       char *why, size_t why_len);
+
+/*
+ * A reply: a status that is a hoop_result_t; the message is cut to its
+ * field, NUL-terminated and stripped of control characters.
+ */
+bool hoop__reply_parse(const void *bytes, size_t len, struct hoop_reply *out,
+                       char *why, size_t why_len);
+
+/* The table of `nranks` peer infos, entry i a sane info of rank i. */
+bool hoop__peer_table_parse(const void *bytes, size_t len, int32_t nranks,
+                            struct hoop_peer_info *out, char *why,
+                            size_t why_len);
+
+/*
+ * A handshake for a communicator of `nranks` ranks and `nsocks` channels:
+ * magic and version, 0 <= from, to < nranks, from != to, and a channel
+ * below nsocks or HOOP_NOTICE_CHANNEL.
+ */
+bool hoop__handshake_parse(const void *bytes, size_t len, int32_t nranks,
+                           int32_t nsocks, struct hoop_handshake *out,
+                           char *why, size_t why_len);
+
+/*
+ * A notice's reason, as text safe to log: at most `len` bytes up to the
+ * first NUL, cut to `cap` - 1, control characters replaced by '?'.
+ */
+void hoop__notice_parse(const void *bytes, size_t len, char *reason,
+                        size_t cap);
+
+/*
+ * A collective's header (engine.h): magic and version, and a collective,
+ * dtype, op and algorithm that exist, 1 to HOOP_MAX_NSOCKS channels.
+ * Whether it matches this rank's call is the engine's question.
+ */
+bool hoop__wire_header_parse(const void *bytes, size_t len,
+                             struct hoop_wire_header *out, char *why,
+                             size_t why_len);
+
+#endif /* HOOP_WIRE_H */

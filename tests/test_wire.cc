@@ -1,0 +1,231 @@
+// The parsers of everything that reaches a rank from outside (core/wire.h,
+// transport/shm.h): a well-formed message passes, and each field taken out
+// of its bounds alone is refused, saying why.  tests/fuzz throws random
+// bytes at the same functions.
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+extern "C" {
+#include "core/comm.h"
+#include "core/engine.h"
+#include "core/wire.h"
+#include "transport/shm.h"
+}
+
+namespace {
+
+hoop_peer_info good_info(int rank) {
+  hoop_peer_info p{};
+  p.addr.family = AF_INET;
+  p.addr.port = 4000;
+  p.addr.ip[0] = 127;
+  p.addr.ip[3] = 1;
+  p.rank = rank;
+  p.pid = 77;
+  p.caps = HOOP_CAP_SHM;
+  strcpy(p.hostname, "node7");
+  return p;
+}
+
+hoop_hello good_hello() {
+  hoop_hello h{};
+  h.magic = HOOP_WIRE_MAGIC;
+  h.version = HOOP_WIRE_VERSION;
+  h.comm_id = 42;
+  h.rank = 2;
+  h.nranks = 4;
+  h.info = good_info(2);
+  return h;
+}
+
+bool hello_ok(const hoop_hello &h) {
+  hoop_hello out;
+  char why[200];
+  return hoop__hello_parse(&h, sizeof h, &out, why, sizeof why);
+}
+
+// For 4 ranks and 2 channels.
+bool handshake_ok(const hoop_handshake &h) {
+  hoop_handshake out;
+  char why[200];
+  return hoop__handshake_parse(&h, sizeof h, 4, 2, &out, why, sizeof why);
+}
+
+bool header_ok(const hoop_wire_header &h) {
+  hoop_wire_header out;
+  char why[200];
+  return hoop__wire_header_parse(&h, sizeof h, &out, why, sizeof why);
+}
+
+bool offer_ok(const hoop_shm_offer &o) {
+  hoop_shm_offer out;
+  char why[200];
+  return hoop__shm_offer_parse(&o, sizeof o, &out, why, sizeof why);
+}
+
+// Each spoiler takes one field of a good message out of bounds.
+template <typename T>
+void expect_each_refused(
+    const T &good, bool (*ok)(const T &),
+    const std::vector<std::pair<const char *, std::function<void(T &)>>>
+        &spoilers) {
+  EXPECT_TRUE(ok(good)) << "the well-formed message";
+  for (const auto &s : spoilers) {
+    T bad = good;
+    s.second(bad);
+    EXPECT_FALSE(ok(bad)) << s.first;
+  }
+}
+
+} // namespace
+
+TEST(Wire, HelloFieldsAreBounded) {
+  expect_each_refused<hoop_hello>(
+      good_hello(), hello_ok,
+      {{"magic", [](hoop_hello &h) { h.magic++; }},
+       {"version", [](hoop_hello &h) { h.version++; }},
+       {"size 0", [](hoop_hello &h) { h.nranks = 0; }},
+       {"size 2^31-1", [](hoop_hello &h) { h.nranks = 0x7fffffff; }},
+       {"rank 2^30-1", [](hoop_hello &h) { h.rank = (1 << 30) - 1; }},
+       {"rank -1", [](hoop_hello &h) { h.rank = -1; }},
+       {"rank = size", [](hoop_hello &h) { h.rank = h.nranks; }},
+       {"info of another rank", [](hoop_hello &h) { h.info.rank = 3; }},
+       {"address family", [](hoop_hello &h) { h.info.addr.family = 99; }},
+       {"port 0", [](hoop_hello &h) { h.info.addr.port = 0; }},
+       {"pid 0", [](hoop_hello &h) { h.info.pid = 0; }},
+       {"unknown capability", [](hoop_hello &h) { h.info.caps = 0x80; }},
+       {"GPUs < 0", [](hoop_hello &h) { h.info.cuda_devices = -1; }},
+       {"RDMA devices < 0", [](hoop_hello &h) { h.info.verbs_devices = -5; }},
+       {"host name without its end", [](hoop_hello &h) {
+          memset(h.info.hostname, 'A', sizeof h.info.hostname);
+        }}});
+  hoop_hello h = good_hello(), out;
+  char why[200];
+  EXPECT_FALSE(hoop__hello_parse(&h, sizeof h - 1, &out, why, sizeof why));
+  EXPECT_NE(strstr(why, "bytes"), nullptr) << why;
+}
+
+TEST(Wire, PeerTableChecksEveryEntry) {
+  std::vector<hoop_peer_info> table = {good_info(0), good_info(1),
+                                       good_info(2)};
+  std::vector<hoop_peer_info> out(3);
+  char why[200];
+  size_t bytes = table.size() * sizeof table[0];
+  EXPECT_TRUE(hoop__peer_table_parse(table.data(), bytes, 3, out.data(), why,
+                                     sizeof why));
+  EXPECT_FALSE(hoop__peer_table_parse(table.data(), bytes, 4, out.data(),
+                                      why, sizeof why));
+  table[2].rank = 1;
+  EXPECT_FALSE(hoop__peer_table_parse(table.data(), bytes, 3, out.data(),
+                                      why, sizeof why));
+  table[2] = good_info(2);
+  memset(table[2].hostname, 'C', sizeof table[2].hostname);
+  EXPECT_FALSE(hoop__peer_table_parse(table.data(), bytes, 3, out.data(),
+                                      why, sizeof why));
+  EXPECT_NE(strstr(why, "rank 2's host name"), nullptr) << why;
+}
+
+TEST(Wire, ReplyStatusIsAResultAndItsTextEnds) {
+  hoop_reply r{}, out;
+  char why[200];
+  r.status = HOOP_ERR_MISMATCH;
+  memset(r.message, 'm', sizeof r.message);
+  r.message[3] = '\n';
+  ASSERT_TRUE(hoop__reply_parse(&r, sizeof r, &out, why, sizeof why));
+  EXPECT_EQ(strlen(out.message), sizeof out.message - 1);
+  EXPECT_EQ(out.message[3], '?');
+  r.status = 11;
+  EXPECT_FALSE(hoop__reply_parse(&r, sizeof r, &out, why, sizeof why));
+  r.status = -1;
+  EXPECT_FALSE(hoop__reply_parse(&r, sizeof r, &out, why, sizeof why));
+}
+
+TEST(Wire, HandshakeRanksAndChannelAreBounded) {
+  hoop_handshake good{HOOP_WIRE_MAGIC, HOOP_WIRE_VERSION, 42, 0, 1, 0, 0};
+  hoop_handshake notice = good;
+  notice.channel = HOOP_NOTICE_CHANNEL;
+  EXPECT_TRUE(handshake_ok(notice));
+  expect_each_refused<hoop_handshake>(
+      good, handshake_ok,
+      {{"magic", [](hoop_handshake &h) { h.magic = 0; }},
+       {"version", [](hoop_handshake &h) { h.version = 1; }},
+       {"from = size", [](hoop_handshake &h) { h.from = 4; }},
+       {"from < 0", [](hoop_handshake &h) { h.from = -3; }},
+       {"to 2^30", [](hoop_handshake &h) { h.to = 1 << 30; }},
+       {"to self", [](hoop_handshake &h) { h.to = h.from; }},
+       {"channel = nsocks", [](hoop_handshake &h) { h.channel = 2; }},
+       {"channel -2", [](hoop_handshake &h) { h.channel = -2; }}});
+}
+
+TEST(Wire, NoticeTextEndsAndShowsNoControlCharacters) {
+  char text[HOOP_NOTICE_BYTES], reason[64];
+  memset(text, 'r', sizeof text);
+  text[0] = '\033';
+  hoop__notice_parse(text, sizeof text, reason, sizeof reason);
+  EXPECT_EQ(strlen(reason), sizeof reason - 1);
+  EXPECT_EQ(reason[0], '?');
+  hoop__notice_parse("why\0later", 9, reason, sizeof reason);
+  EXPECT_STREQ(reason, "why");
+}
+
+TEST(Wire, CollectiveHeaderEnumsAreBounded) {
+  hoop_wire_header good{};
+  good.magic = HOOP_WIRE_MAGIC;
+  good.version = HOOP_WIRE_VERSION;
+  good.coll = HOOP_COLL_ALLREDUCE;
+  good.dtype = HOOP_F32;
+  good.op = HOOP_SUM;
+  good.algo = HOOP_ALGO_RING;
+  good.nchannels = 1;
+  expect_each_refused<hoop_wire_header>(
+      good, header_ok,
+      {{"magic", [](hoop_wire_header &h) { h.magic = 1; }},
+       {"collective 0", [](hoop_wire_header &h) { h.coll = 0; }},
+       {"collective past the last",
+        [](hoop_wire_header &h) { h.coll = HOOP_COLL_COUNT; }},
+       {"dtype", [](hoop_wire_header &h) { h.dtype = HOOP_DTYPE_COUNT; }},
+       {"op", [](hoop_wire_header &h) { h.op = 200; }},
+       {"algorithm", [](hoop_wire_header &h) { h.algo = HOOP_ALGO_COUNT; }},
+       {"no channel", [](hoop_wire_header &h) { h.nchannels = 0; }},
+       {"too many channels",
+        [](hoop_wire_header &h) { h.nchannels = HOOP_MAX_NSOCKS + 1; }}});
+}
+
+TEST(Wire, ShmOfferSizesCannotWrap) {
+  hoop_shm_offer good{};
+  strcpy(good.name, "/hoop-12-00000000000000aa-0-1-0-deadbeef");
+  good.slot_bytes = 256 * 1024;
+  good.ring_bytes = 8 * good.slot_bytes;
+  good.segment_bytes = 4096 + 2 * good.ring_bytes;
+  expect_each_refused<hoop_shm_offer>(
+      good, offer_ok,
+      {{"ring 2^63 + 4096",
+        [](hoop_shm_offer &o) {
+          o.ring_bytes = (1ULL << 63) + 4096;
+          o.slot_bytes = 4096;
+          o.segment_bytes = 4096 + 2 * o.ring_bytes;
+        }},
+       {"slot 2^62",
+        [](hoop_shm_offer &o) {
+          o.slot_bytes = 1ULL << 62;
+          o.ring_bytes = 2 * o.slot_bytes;
+          o.segment_bytes = 4096 + 2 * o.ring_bytes;
+        }},
+       {"one slot",
+        [](hoop_shm_offer &o) {
+          o.ring_bytes = o.slot_bytes;
+          o.segment_bytes = 4096 + 2 * o.ring_bytes;
+        }},
+       {"slot not a multiple of 64",
+        [](hoop_shm_offer &o) { o.slot_bytes += 1; }},
+       {"segment size", [](hoop_shm_offer &o) { o.segment_bytes += 64; }},
+       {"name without its end",
+        [](hoop_shm_offer &o) { memset(o.name, 'h', sizeof o.name); }},
+       {"name elsewhere", [](hoop_shm_offer &o) { o.name[1] = 'x'; }},
+       {"name with a slash", [](hoop_shm_offer &o) { o.name[8] = '/'; }}});
+}
