@@ -173,7 +173,9 @@ HOOP_API const char *hoop_last_error(void);
 /*
  * Creates the rendezvous identity of a new communicator.  The process that
  * calls this must host rank 0 (it starts listening for the other ranks
- * here); hand the id to every other rank by any means (a file, MPI_Bcast).
+ * here); hand the id to every other rank (a file only you can read,
+ * MPI_Bcast).  It holds the job's secret: whoever has it can join the
+ * communicator (docs/security.md).
  */
 HOOP_API hoop_result_t hoop_get_unique_id(hoop_unique_id_t *id);
 
@@ -193,7 +195,10 @@ HOOP_API hoop_result_t hoop_comm_init_rank(hoop_comm_t *comm, int nranks,
  * torchrun's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, Open MPI's
  * OMPI_COMM_WORLD_RANK/SIZE or Slurm's SLURM_PROCID/SLURM_NTASKS in an
  * srun job step (a batch script that runs the program without srun fails
- * at once with HOOP_ERR_INVALID_USAGE).
+ * at once with HOOP_ERR_INVALID_USAGE).  Ranks that meet at an address
+ * share a secret from HOOP_AUTH_TOKEN or HOOP_AUTH_TOKEN_FILE (hoop-run
+ * sets one); without one this fails at once with HOOP_ERR_INVALID_USAGE
+ * unless HOOP_AUTH=off.
  */
 HOOP_API hoop_result_t hoop_comm_init_env(hoop_comm_t *comm,
                                           const hoop_config_t *config);

@@ -77,6 +77,18 @@ inline int free_port() {
   return ntohs(a.sin_port);
 }
 
+// The job secret of tests that set a launcher's variables by hand, as
+// users of torchrun, or of mpirun and srun across hosts, do (hoop-run and
+// unique ids make their own).  A test needs no secrecy, only a shared
+// value of the length hoop asks for.
+const char kTestToken[] = "hoop-tests-0123456789abcdef0123456789abcdef";
+
+inline void set_test_token() {
+  setenv("HOOP_AUTH_TOKEN", kTestToken, 1);
+  unsetenv("HOOP_AUTH_TOKEN_FILE");
+  unsetenv("HOOP_AUTH");
+}
+
 const unsigned char kCanary = 0xA5;
 
 // A buffer of `count` elements with one spare element of canary bytes on

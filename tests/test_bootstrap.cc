@@ -53,6 +53,7 @@ void expect_working(RankLog &log, hoop_comm_t comm, int want_rank,
               (long long)v);
 }
 
+// Leaves no launcher's variables but the job secret they all need.
 void clear_launcher_env() {
   for (const char *name :
        {"HOOP_RANK", "HOOP_WORLD_SIZE", "HOOP_ROOT_ADDR", "RANK",
@@ -62,6 +63,7 @@ void clear_launcher_env() {
         "SLURM_STEPID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID",
         "SLURM_NODEID", "ENVIRONMENT", "HOOP_SOCKET_IFNAME"})
     unsetenv(name);
+  set_test_token();
 }
 
 double seconds_since(std::chrono::steady_clock::time_point start) {

@@ -121,9 +121,14 @@ std::string torchrun_missing() {
   return "";
 }
 
+// What a torchrun job needs besides torchrun's variables: the ranks'
+// shared secret.
+const std::string kTokenEnv =
+    std::string("HOOP_AUTH_TOKEN=") + hooptest::kTestToken + " ";
+
 Output run_torchrun(const std::string &launcher, int nranks,
                     const std::string &program) {
-  return run_shell(kRunTimeout + launcher + kTorchrunFlags +
+  return run_shell(kTokenEnv + kRunTimeout + launcher + kTorchrunFlags +
                    std::to_string(nranks) + " " + program);
 }
 
@@ -178,7 +183,7 @@ TEST(Programs, ReadmeExampleRunsUnderTwoTorchrunAgents) {
   int port = free_port_pair();
   ASSERT_NE(port, 0) << "no two free ports in a row on loopback";
   auto node = [&](int rank) {
-    return std::string(kRunTimeout) +
+    return kTokenEnv + kRunTimeout +
            "/usr/bin/python3 -m torch.distributed.run --nnodes 2 "
            "--node_rank " + std::to_string(rank) +
            " --master_addr 127.0.0.1 --master_port " + std::to_string(port) +

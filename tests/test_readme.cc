@@ -80,7 +80,8 @@ const std::vector<RunHere> &runs() {
       {"build/tools/hoop-run -n 2 build/example-allreduce", ranks_correct(2),
        ""},
       {"mpirun -np 2 build/example-allreduce", ranks_correct(2), "mpirun"},
-      {"torchrun --standalone --nproc_per_node 2 --no_python --redirects 2 "
+      {"HOOP_AUTH_TOKEN=$(od -vAn -N16 -tx1 /dev/urandom | tr -d ' \\n') "
+       "torchrun --standalone --nproc_per_node 2 --no_python --redirects 2 "
        "--tee 2 build/example-allreduce",
        ranks_correct(2), "torchrun"},
       {"HOOP_ALGO=ps build/tools/hoop-run -n 2 build/bench/hoop-bench -b 4K "

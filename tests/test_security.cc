@@ -11,15 +11,26 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 
+#include <dirent.h>
+#include <poll.h>
+#include <sys/wait.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "harness.h"
 
 extern "C" {
+#include "core/auth.h"
 #include "core/bootstrap.h"
 #include "core/error.h"
 #include "transport/shm.h"
@@ -79,10 +90,39 @@ hoop_hello make_hello(const hoop_uid &uid, int rank, int nranks) {
   return h;
 }
 
-// Sends `h` to the rendezvous of `uid`; returns the status of rank 0's
-// reply, or -1 when rank 0 closed the connection without one.
+// Connects to `addr` and plays the dialler's side of the handshake as rank
+// `from` wanting rank `to` on `channel`, with `key`: the job's, or a
+// stranger's guess.  Returns the socket once the proof is sent, or -1 when
+// the acceptor closed first or failed to prove itself.
+int dial_as(const hoop_addr &addr, const hoop_auth_key &key, uint64_t comm_id,
+            int from, int to, int channel) {
+  int fd = connect_to(addr);
+  if (fd < 0)
+    return -1;
+  hoop_handshake hs;
+  hoop_auth_challenge ch;
+  hoop_auth_proof proof;
+  if (hoop__auth_handshake(comm_id, from, to, channel, &hs) != HOOP_SUCCESS ||
+      write(fd, &hs, sizeof hs) != (ssize_t)sizeof hs ||
+      recv(fd, &ch, sizeof ch, MSG_WAITALL) != (ssize_t)sizeof ch ||
+      !hoop__auth_check_challenge(&key, &hs, &ch)) {
+    close(fd);
+    return -1;
+  }
+  hoop__auth_proof(&key, &hs, &ch, &proof);
+  if (write(fd, &proof, sizeof proof) != (ssize_t)sizeof proof) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Sends `h` to the rendezvous of `uid` as a rank that holds its key;
+// returns the status of rank 0's reply, or -1 when rank 0 closed the
+// connection without one.
 int send_hello(const hoop_uid &uid, const hoop_hello &h) {
-  int fd = connect_to(uid.root);
+  int fd = dial_as(uid.root, uid.key, uid.comm_id, h.rank, 0,
+                   HOOP_RENDEZVOUS_CHANNEL);
   if (fd < 0)
     return -2;
   int status = -1;
@@ -92,6 +132,169 @@ int send_hello(const hoop_uid &uid, const hoop_hello &h) {
     status = rep.status;
   close(fd);
   return status;
+}
+
+// The ports process `pid` listens on over TCP (from /proc: any local user
+// can list listening ports, and a port scan finds them too).
+std::vector<int> listening_ports(pid_t pid) {
+  std::set<std::string> inodes;
+  std::string dir = "/proc/" + std::to_string(pid) + "/fd";
+  if (DIR *d = opendir(dir.c_str())) {
+    for (struct dirent *e; (e = readdir(d)) != nullptr;) {
+      char link[64] = "";
+      ssize_t n = readlink((dir + "/" + e->d_name).c_str(), link,
+                           sizeof link - 1);
+      if (n > 8 && strncmp(link, "socket:[", 8) == 0)
+        inodes.insert(std::string(link + 8, (size_t)n - 9));
+    }
+    closedir(d);
+  }
+  std::vector<int> ports;
+  std::ifstream tcp("/proc/net/tcp");
+  std::string line;
+  std::getline(tcp, line);
+  while (std::getline(tcp, line)) {
+    std::istringstream f(line);
+    std::string sl, local, remote, st, queues, timer, retr, uid, timeout,
+        inode;
+    f >> sl >> local >> remote >> st >> queues >> timer >> retr >> uid >>
+        timeout >> inode;
+    if (st == "0A" && inodes.count(inode))
+      ports.push_back((int)strtol(local.substr(local.find(':') + 1).c_str(),
+                                  nullptr, 16));
+  }
+  return ports;
+}
+
+// The data listener of rank process `pid`, a child of this test: the port
+// it listens on and this process does not (the children inherit the
+// rendezvous sockets of every id this process made); 0 when none turned up
+// within 10 s.
+int data_port(pid_t pid) {
+  std::vector<int> ours = listening_ports(getpid());
+  for (int tries = 0; tries < 1000; tries++) {
+    for (int port : listening_ports(pid)) {
+      if (std::find(ours.begin(), ours.end(), port) == ours.end())
+        return port;
+    }
+    usleep(10000);
+  }
+  return 0;
+}
+
+// Forks a rank that joins `id` and checks an all-reduce; its exit code is
+// 0 when the sum was right.
+pid_t fork_rank(const hoop_unique_id_t &id, int rank, int nranks) {
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid != 0)
+    return pid;
+  RankLog log(rank);
+  hoop_config_t cfg = HOOP_CONFIG_INIT;
+  cfg.timeout_ms = 10000;
+  hoop_comm_t comm;
+  hoop_result_t res = hoop_comm_init_rank(&comm, nranks, &id, rank, &cfg);
+  if (res != HOOP_SUCCESS) {
+    fprintf(stderr, "[rank %d] init: %s\n", rank, hoop_last_error());
+    _exit(3);
+  }
+  expect_sum(log, comm, rank, nranks);
+  hoop_comm_destroy(comm);
+  _exit(log.ok() ? 0 : 1);
+}
+
+int exit_code(pid_t pid) {
+  int status;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// Whether the peer closes fd within `ms` without sending anything more.
+bool closes_within(int fd, int ms) {
+  pollfd p = {fd, POLLIN, 0};
+  char byte;
+  return poll(&p, 1, ms) == 1 && recv(fd, &byte, 1, 0) <= 0;
+}
+
+// A TCP relay between one dialler and `target` that records what the
+// dialler sends, one chunk per read, as an eavesdropper on the path would
+// see it.
+class Recorder {
+ public:
+  explicit Recorder(const hoop_addr &target) : target_(target) {
+    listen_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    bind(listen_, (sockaddr *)&a, sizeof a);
+    getsockname(listen_, (sockaddr *)&a, &len);
+    listen(listen_, 1);
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] { relay(); });
+  }
+  ~Recorder() {
+    thread_.join();
+    close(listen_);
+  }
+  int port() const { return port_; }
+  // What the dialler sent, once it is done.
+  std::vector<std::string> chunks() {
+    thread_.join();
+    thread_ = std::thread([] {});
+    return chunks_;
+  }
+
+ private:
+  void relay() {
+    int in = accept(listen_, nullptr, nullptr);
+    int out = connect_to(target_);
+    pollfd p[2] = {{in, POLLIN, 0}, {out, POLLIN, 0}};
+    char buf[4096];
+    while (in >= 0 && out >= 0 && poll(p, 2, 20000) > 0) {
+      if (p[0].revents) {
+        ssize_t n = recv(in, buf, sizeof buf, 0);
+        if (n <= 0)
+          break;
+        chunks_.emplace_back(buf, (size_t)n);
+        if (write(out, buf, (size_t)n) != n)
+          break;
+      }
+      if (p[1].revents) {
+        ssize_t n = recv(out, buf, sizeof buf, 0);
+        if (n <= 0 || write(in, buf, (size_t)n) != n)
+          break;
+      }
+    }
+    close(in);
+    close(out);
+  }
+  hoop_addr target_;
+  int listen_, port_;
+  std::vector<std::string> chunks_;
+  std::thread thread_;
+};
+
+// Sends `chunks` to `addr` in order, as they were recorded, letting the
+// other side answer each; returns whether it accepted all of them and
+// still holds the connection open (what it does with a rank).
+bool replay(const hoop_addr &addr, const std::vector<std::string> &chunks) {
+  int fd = connect_to(addr);
+  bool open = fd >= 0;
+  for (const std::string &c : chunks) {
+    if (!open || write(fd, c.data(), c.size()) != (ssize_t)c.size()) {
+      open = false;
+      break;
+    }
+    pollfd p = {fd, POLLIN, 0};
+    char buf[4096];
+    if (poll(&p, 1, 500) == 1 && recv(fd, buf, sizeof buf, 0) <= 0)
+      open = false;
+  }
+  open = open && !closes_within(fd, 3500);
+  close(fd);
+  return open;
 }
 
 } // namespace
@@ -114,8 +317,9 @@ TEST(Malformed, HelloWithUnterminatedHostNameIsRefused) {
           hoop_hello h = make_hello(uid, 1, nranks);
           memset(h.info.hostname, 'A', sizeof h.info.hostname);
           int status = send_hello(uid, h);
-          RANK_EXPECT(log, status != HOOP_SUCCESS,
-                      "rank 0 accepted a host name without its end");
+          RANK_EXPECT(log, status == HOOP_ERR_MISMATCH,
+                      "rank 0 answered a host name without its end with %d",
+                      status);
         }
         hoop_config_t cfg = HOOP_CONFIG_INIT;
         cfg.timeout_ms = 20000;
@@ -199,4 +403,247 @@ TEST(Malformed, ShmOfferWhoseSizesWrapIsRefused) {
       << WTERMSIG(status);
   EXPECT_EQ(WEXITSTATUS(status), 0)
       << "1: the offer was accepted; 2: refused without saying why";
+}
+
+// A process that knows the job's address, and so its communicator id, but
+// holds another secret asks to join as rank 2 before rank 2 comes.  Once
+// it was taken in: it got the peer table, the ranks connected to it, and
+// their all-reduce summed its numbers.  Now it is refused and the job
+// computes the right sum.
+TEST(Auth, ProcessWithAnotherSecretCannotJoinAsARank) {
+  const int nranks = 3;
+  int port = free_port();
+  RunOptions opt;
+  opt.init = false;
+  opt.timeout_s = 60;
+  RunResult r = run_ranks(
+      nranks + 1,
+      [port](RankLog &log, hoop_comm_t, int rank, int) {
+        bool stranger = rank == nranks;
+        setenv("HOOP_RANK", std::to_string(stranger ? 2 : rank).c_str(), 1);
+        setenv("HOOP_WORLD_SIZE", std::to_string(nranks).c_str(), 1);
+        setenv("HOOP_ROOT_ADDR", ("127.0.0.1:" + std::to_string(port)).c_str(),
+               1);
+        set_test_token();
+        if (stranger)
+          setenv("HOOP_AUTH_TOKEN", "a-guess-0123456789abcdef0123456789ab", 1);
+        else if (rank == 2)
+          usleep(1000000); // the stranger comes first
+        hoop_config_t cfg = HOOP_CONFIG_INIT;
+        cfg.timeout_ms = 15000;
+        hoop_comm_t comm;
+        hoop_result_t res = hoop_comm_init_env(&comm, &cfg);
+        if (stranger) {
+          RANK_EXPECT(log, res != HOOP_SUCCESS, "the stranger joined");
+          if (res == HOOP_SUCCESS) {
+            int64_t v = 100; // what it would add to the ranks' sum
+            hoop_allreduce(comm, &v, &v, 1, HOOP_I64, HOOP_SUM, nullptr);
+            hoop_comm_destroy(comm);
+          }
+          return;
+        }
+        if (res != HOOP_SUCCESS) {
+          log.fail("init: %s: %s", hoop_result_name(res), hoop_last_error());
+          return;
+        }
+        expect_sum(log, comm, rank, nranks);
+        hoop_comm_destroy(comm);
+      },
+      opt);
+  EXPECT_TRUE(r.all_ok()) << describe(r);
+}
+
+// An eavesdropper records everything rank 1 sent to join a job, and plays
+// it back to the next run of the same job (same address and secret: a
+// restarted script) before the real rank 1 comes.  Once the recording
+// joined in its place; now the answer to a new challenge is missing and
+// the recording is dropped.
+TEST(Auth, RecordedJoinIsRefusedInTheNextRun) {
+  hoop_unique_id_t id;
+  ASSERT_EQ(hoop_get_unique_id(&id), HOOP_SUCCESS);
+  hoop_uid uid = parse_id(id);
+  Recorder rec(uid.root);
+  hoop_uid relayed = uid;
+  relayed.root.port = (uint16_t)rec.port();
+  hoop_unique_id_t via_relay = id;
+  memcpy(via_relay.internal, &relayed, sizeof relayed);
+
+  // The first run: rank 1 joins through the recording relay.
+  pid_t first1 = fork_rank(via_relay, 1, 2);
+  pid_t first0 = fork_rank(id, 0, 2);
+  ASSERT_EQ(exit_code(first0), 0);
+  ASSERT_EQ(exit_code(first1), 0);
+  std::vector<std::string> chunks = rec.chunks();
+  ASSERT_FALSE(chunks.empty());
+
+  // The second run: the recording comes first.
+  pid_t second0 = fork_rank(id, 0, 2);
+  bool taken = replay(uid.root, chunks);
+  pid_t second1 = fork_rank(id, 1, 2);
+  EXPECT_FALSE(taken) << "rank 0 kept the replayed connection as rank 1";
+  EXPECT_EQ(exit_code(second0), 0);
+  EXPECT_EQ(exit_code(second1), 0);
+}
+
+// A stranger on this host finds rank 1's data port while the job forms
+// (rank 0 waits for rank 2) and dials it first, posing as rank 0: with a
+// made-up proof, or with one recorded from an earlier exchange.  Rank 1
+// once took the first such socket as rank 0's; now it closes it and takes
+// the real rank 0's.  Over TCP, and over shm, whose segment is offered
+// only on such a socket.
+class AuthData
+    : public ::testing::TestWithParam<std::tuple<const char *, bool>> {};
+
+TEST_P(AuthData, StrangerPosingAsRankZeroOnADataPortIsRefused) {
+  setenv("HOOP_TRANSPORT", std::get<0>(GetParam()), 1);
+  bool recorded = std::get<1>(GetParam());
+  hoop_unique_id_t id;
+  ASSERT_EQ(hoop_get_unique_id(&id), HOOP_SUCCESS);
+  hoop_uid uid = parse_id(id);
+  pid_t ranks[3];
+  ranks[0] = fork_rank(id, 0, 3);
+  ranks[1] = fork_rank(id, 1, 3);
+  hoop_addr data = uid.root;
+  data.port = (uint16_t)data_port(ranks[1]);
+  ASSERT_NE(data.port, 0) << "rank 1 never listened";
+
+  int fd = connect_to(data);
+  ASSERT_GE(fd, 0);
+  hoop_handshake hs;
+  ASSERT_EQ(hoop__auth_handshake(uid.comm_id, 0, 1, 0, &hs), HOOP_SUCCESS);
+  ASSERT_EQ(write(fd, &hs, sizeof hs), (ssize_t)sizeof hs);
+  ranks[2] = fork_rank(id, 2, 3);
+  hoop_auth_challenge ch;
+  ASSERT_EQ(recv(fd, &ch, sizeof ch, MSG_WAITALL), (ssize_t)sizeof ch);
+  hoop_auth_proof proof;
+  if (recorded) {
+    hoop_auth_challenge earlier;
+    ASSERT_EQ(hoop__auth_challenge(&uid.key, &hs, &earlier), HOOP_SUCCESS);
+    hoop__auth_proof(&uid.key, &hs, &earlier, &proof);
+  } else {
+    ASSERT_EQ(hoop__auth_random(&proof, sizeof proof), HOOP_SUCCESS);
+  }
+  ASSERT_EQ(write(fd, &proof, sizeof proof), (ssize_t)sizeof proof);
+  EXPECT_TRUE(closes_within(fd, 5000))
+      << "rank 1 answered a stranger's dial as rank 0";
+  for (pid_t pid : ranks)
+    EXPECT_EQ(exit_code(pid), 0);
+  close(fd);
+  unsetenv("HOOP_TRANSPORT");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Transports, AuthData,
+    ::testing::Combine(::testing::Values("tcp", "shm"),
+                       ::testing::Bool()),
+    [](const ::testing::TestParamInfo<AuthData::ParamType> &p) {
+      return std::string(std::get<0>(p.param)) +
+             (std::get<1>(p.param) ? "_recorded" : "_madeup");
+    });
+
+// Ranks that meet at an address need a secret: without one the job is
+// refused at once, saying how to give one; HOOP_AUTH=off runs it anyway.
+TEST(Auth, JobWithoutSecretIsRefusedUnlessAuthIsOff) {
+  int port = free_port();
+  RunOptions opt;
+  opt.init = false;
+  opt.timeout_s = 60;
+  RunResult r = run_ranks(
+      2,
+      [port](RankLog &log, hoop_comm_t, int rank, int nranks) {
+        setenv("HOOP_RANK", std::to_string(rank).c_str(), 1);
+        setenv("HOOP_WORLD_SIZE", std::to_string(nranks).c_str(), 1);
+        setenv("HOOP_ROOT_ADDR", ("127.0.0.1:" + std::to_string(port)).c_str(),
+               1);
+        unsetenv("HOOP_AUTH_TOKEN");
+        unsetenv("HOOP_AUTH_TOKEN_FILE");
+        unsetenv("HOOP_AUTH");
+        hoop_comm_t comm;
+        auto start = std::chrono::steady_clock::now();
+        hoop_result_t res = hoop_comm_init_env(&comm, nullptr);
+        double secs = std::chrono::duration<double>(
+                          std::chrono::steady_clock::now() - start)
+                          .count();
+        RANK_EXPECT(log, res == HOOP_ERR_INVALID_USAGE, "got %s",
+                    hoop_result_name(res));
+        RANK_EXPECT(log, secs < 1, "refusing took %.1f s", secs);
+        RANK_EXPECT(log, strstr(hoop_last_error(), "HOOP_AUTH_TOKEN") &&
+                             strstr(hoop_last_error(), "HOOP_AUTH=off"),
+                    "message: %s", hoop_last_error());
+        setenv("HOOP_AUTH_TOKEN", "too-short", 1);
+        res = hoop_comm_init_env(&comm, nullptr);
+        RANK_EXPECT(log, res == HOOP_ERR_INVALID_ARGUMENT, "short: %s",
+                    hoop_last_error());
+        unsetenv("HOOP_AUTH_TOKEN");
+        setenv("HOOP_AUTH", "off", 1);
+        res = hoop_comm_init_env(&comm, nullptr);
+        if (res != HOOP_SUCCESS) {
+          log.fail("HOOP_AUTH=off: %s", hoop_last_error());
+          return;
+        }
+        expect_sum(log, comm, rank, nranks);
+        hoop_comm_destroy(comm);
+      },
+      opt);
+  EXPECT_TRUE(r.all_ok()) << describe(r);
+}
+
+// A token file is taken only when it is the user's alone.
+TEST(Auth, TokenFileMustBeReadableByItsOwnerAlone) {
+  char path[] = "/tmp/hoop-token-XXXXXX";
+  int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  std::string token = std::string(kTestToken) + "\n";
+  ASSERT_EQ(write(fd, token.data(), token.size()), (ssize_t)token.size());
+  close(fd);
+  RunOptions opt;
+  opt.init = false;
+  RunResult r = run_ranks(
+      1,
+      [&path](RankLog &log, hoop_comm_t, int, int) {
+        setenv("HOOP_RANK", "0", 1);
+        setenv("HOOP_WORLD_SIZE", "1", 1);
+        setenv("HOOP_ROOT_ADDR",
+               ("127.0.0.1:" + std::to_string(free_port())).c_str(), 1);
+        unsetenv("HOOP_AUTH_TOKEN");
+        unsetenv("HOOP_AUTH");
+        setenv("HOOP_AUTH_TOKEN_FILE", path, 1);
+        hoop_comm_t comm;
+        chmod(path, 0644);
+        hoop_result_t res = hoop_comm_init_env(&comm, nullptr);
+        RANK_EXPECT(log, res == HOOP_ERR_INVALID_ARGUMENT,
+                    "a file others may read: %s", hoop_result_name(res));
+        chmod(path, 0600);
+        res = hoop_comm_init_env(&comm, nullptr);
+        RANK_EXPECT(log, res == HOOP_SUCCESS, "mode 600: %s",
+                    hoop_last_error());
+        if (res == HOOP_SUCCESS)
+          hoop_comm_destroy(comm);
+      },
+      opt);
+  unlink(path);
+  EXPECT_TRUE(r.all_ok()) << describe(r);
+}
+
+// hoop-run gives each job a secret of its own (the ranks share it), and
+// keeps one the caller set.
+TEST(Auth, HoopRunMakesEachJobASecret) {
+  std::string cmd = std::string("env -u HOOP_AUTH_TOKEN -u HOOP_AUTH_TOKEN_FILE ") +
+                    HOOP_RUN_PATH +
+                    " -n 2 sh -c 'echo token=$HOOP_AUTH_TOKEN'";
+  ShellOutput a = run_shell(cmd), b = run_shell(cmd);
+  ASSERT_EQ(a.status, 0) << a.text;
+  std::regex line("\\[(\\d)\\] token=([0-9a-f]{64})\n");
+  std::vector<std::string> tokens;
+  for (const ShellOutput *o : {&a, &b})
+    for (std::sregex_iterator it(o->text.begin(), o->text.end(), line), end;
+         it != end; ++it)
+      tokens.push_back((*it)[2]);
+  ASSERT_EQ(tokens.size(), 4u) << a.text << b.text;
+  EXPECT_EQ(tokens[0], tokens[1]) << "the ranks of one job differ";
+  EXPECT_NE(tokens[0], tokens[2]) << "two jobs had the same secret";
+  ShellOutput kept = run_shell(std::string("HOOP_AUTH_TOKEN=") + kTestToken +
+                               " " + HOOP_RUN_PATH +
+                               " -n 1 sh -c 'echo $HOOP_AUTH_TOKEN'");
+  EXPECT_NE(kept.text.find(kTestToken), std::string::npos) << kept.text;
 }

@@ -1219,7 +1219,8 @@ TEST(HoopTrain, TrainsUnderTorchrun) {
   write_set(dir, "train", 300, 6, 6, true, 3);
   write_set(dir, "t10k", 50, 6, 6, true, 4);
   ShellOutput r = run_shell(
-      "timeout -k 5 100 /usr/bin/python3 -m torch.distributed.run "
+      std::string("HOOP_AUTH_TOKEN=") + hooptest::kTestToken +
+      " timeout -k 5 100 /usr/bin/python3 -m torch.distributed.run "
       "--standalone --no_python --redirects 2 --tee 2 --nproc_per_node 2 " +
       kTrain + " --epochs 1 --hidden 16 --batch 8 --data " + dir +
       " --metrics " + dir + "/m.csv");

@@ -114,6 +114,7 @@ TEST(Hash, CommunicatorIdAndHostIdentityAreFnv1aOfTheirTexts) {
   setenv("HOOP_RANK", "0", 1);
   setenv("HOOP_WORLD_SIZE", "1", 1);
   setenv("HOOP_ROOT_ADDR", addr.c_str(), 1);
+  hooptest::set_test_token();
   hoop_comm_t comm;
   ASSERT_EQ(hoop_comm_init_env(&comm, nullptr), HOOP_SUCCESS)
       << hoop_last_error();

@@ -49,11 +49,12 @@ bool hello_ok(const hoop_hello &h) {
   return hoop__hello_parse(&h, sizeof h, &out, why, sizeof why);
 }
 
-// For 4 ranks and 2 channels.
+// For a data listener of 4 ranks and 2 channels, which takes notices too.
 bool handshake_ok(const hoop_handshake &h) {
   hoop_handshake out;
   char why[200];
-  return hoop__handshake_parse(&h, sizeof h, 4, 2, &out, why, sizeof why);
+  return hoop__handshake_parse(&h, sizeof h, 4, HOOP_NOTICE_CHANNEL, 1, &out,
+                               why, sizeof why);
 }
 
 bool header_ok(const hoop_wire_header &h) {
@@ -146,7 +147,12 @@ TEST(Wire, ReplyStatusIsAResultAndItsTextEnds) {
 }
 
 TEST(Wire, HandshakeRanksAndChannelAreBounded) {
-  hoop_handshake good{HOOP_WIRE_MAGIC, HOOP_WIRE_VERSION, 42, 0, 1, 0, 0};
+  hoop_handshake good{};
+  good.magic = HOOP_WIRE_MAGIC;
+  good.version = HOOP_WIRE_VERSION;
+  good.comm_id = 42;
+  good.from = 0;
+  good.to = 1;
   hoop_handshake notice = good;
   notice.channel = HOOP_NOTICE_CHANNEL;
   EXPECT_TRUE(handshake_ok(notice));
@@ -159,7 +165,8 @@ TEST(Wire, HandshakeRanksAndChannelAreBounded) {
        {"to 2^30", [](hoop_handshake &h) { h.to = 1 << 30; }},
        {"to self", [](hoop_handshake &h) { h.to = h.from; }},
        {"channel = nsocks", [](hoop_handshake &h) { h.channel = 2; }},
-       {"channel -2", [](hoop_handshake &h) { h.channel = -2; }}});
+       {"the rendezvous's channel",
+        [](hoop_handshake &h) { h.channel = HOOP_RENDEZVOUS_CHANNEL; }}});
 }
 
 TEST(Wire, NoticeTextEndsAndShowsNoControlCharacters) {

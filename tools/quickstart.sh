@@ -20,10 +20,12 @@ demo | test) ;;
   ;;
 esac
 
-# OpenBLAS, zlib and Fashion-MNIST are hoop-train's; matplotlib draws its
-# curves and the bench plots.
+# libssl-dev's libcrypto authenticates connections; OpenBLAS, zlib and
+# Fashion-MNIST are hoop-train's; matplotlib draws its curves and the bench
+# plots.
 packages=(build-essential cmake ninja-build pkg-config libgtest-dev
-          libopenblas-dev zlib1g-dev dataset-fashion-mnist python3-matplotlib)
+          libssl-dev libopenblas-dev zlib1g-dev dataset-fashion-mnist
+          python3-matplotlib)
 # The tests also check that hoop programs run unchanged under Open MPI's
 # mpirun (which needs its headers for the MPI peer bench) and PyTorch's
 # torchrun, and build emulated hosts with network namespaces (ip, tc, ping).

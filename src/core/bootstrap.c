@@ -45,7 +45,9 @@ static int adopt_root_listener(uint64_t comm_id) {
 }
 
 hoop_result_t hoop__uid_create(const struct hoop_addr *root,
-                               uint64_t comm_id, struct hoop_uid *uid) {
+                               uint64_t comm_id,
+                               const struct hoop_auth_key *key,
+                               struct hoop_uid *uid) {
   int fd;
   struct hoop_addr bound;
   HOOP_CHECK(hoop__sock_listen(root, &fd, &bound));
@@ -79,6 +81,7 @@ hoop_result_t hoop__uid_create(const struct hoop_addr *root,
   uid->magic = HOOP_UID_MAGIC;
   uid->comm_id = comm_id;
   uid->root = bound;
+  uid->key = *key;
   return HOOP_SUCCESS;
 }
 
@@ -164,8 +167,7 @@ static hoop_result_t open_data_listener(struct hoop_comm *comm,
   const struct hoop_iface *iface = &comm->iface;
   struct hoop_addr want = iface->name[0] != '\0' ? iface->addr : *ip;
   want.port = 0;
-  struct hoop_addr bound;
-  hoop_result_t res = hoop__sock_listen(&want, &comm->listen_fd, &bound);
+  hoop_result_t res = hoop__comm_listen(comm, &want);
   if (res != HOOP_SUCCESS && iface->name[0] != '\0') {
     char why[HOOP_ERROR_MAX];
     snprintf(why, sizeof why, "%s", hoop_last_error());
@@ -174,7 +176,7 @@ static hoop_result_t open_data_listener(struct hoop_comm *comm,
   }
   if (res != HOOP_SUCCESS)
     return res;
-  fill_self(comm, &bound);
+  fill_self(comm, &comm->listener.addr);
   return HOOP_SUCCESS;
 }
 
@@ -233,56 +235,11 @@ static void list_missing(const int *fds, int nranks, char *buf, size_t len) {
 }
 
 /*
- * A rank sends its hello as soon as it has connected; a connection that
- * has not sent one by then is not a rank (a port scan, a health check, a
- * stuck process) and is dropped, so that strays cannot pile up.
- */
-#define HELLO_MS 5000
-
-/* An accepted connection whose hello is still coming in. */
-struct pending_hello {
-  int fd;
-  long long deadline;
-  size_t got;
-  struct hoop_addr from;
-  unsigned char bytes[sizeof(struct hoop_hello)];
-};
-
-static void drop_pending(struct pending_hello *p, int *npending, int i,
-                         const char *why) {
-  char astr[HOOP_ADDR_STRLEN];
-  if (why != NULL)
-    HOOP_INFO("rendezvous: dropped the connection from %s after %zu of %zu "
-              "hello bytes: %s",
-              hoop__addr_str(&p[i].from, astr), p[i].got, sizeof p[i].bytes,
-              why);
-  close(p[i].fd);
-  p[i] = p[--*npending];
-}
-
-/*
- * Reads what connection i has sent.  Returns 1 when its hello is
- * complete, 0 when more is to come, -1 when the connection was dropped.
- */
-static int read_hello(struct pending_hello *p, int *npending, int i) {
-  struct pending_hello *c = &p[i];
-  ssize_t n = recv(c->fd, c->bytes + c->got, sizeof c->bytes - c->got, 0);
-  if (n > 0) {
-    c->got += (size_t)n;
-    return c->got == sizeof c->bytes;
-  }
-  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
-    return 0;
-  drop_pending(p, npending, i, n == 0 ? "closed" : strerror(errno));
-  return -1;
-}
-
-/*
  * Tells a connection why it cannot join, briefly: one that does not read
  * must not hold up the others.
  */
 static void refuse_hello(int fd, const char *why, long long deadline) {
-  struct hoop_reply bad = {HOOP_ERR_MISMATCH, ""};
+  struct hoop_reply bad = {.status = HOOP_ERR_MISMATCH};
   snprintf(bad.message, sizeof bad.message, "%s", why);
   long long soon = hoop__now_ms() + 100;
   hoop__sock_send_all(NULL, fd, &bad, sizeof bad,
@@ -291,16 +248,23 @@ static void refuse_hello(int fd, const char *why, long long deadline) {
 }
 
 /*
- * Takes a complete hello: the rank joins, or the connection is told why
- * not.  A stray or malformed hello is ignored; a wrong member dooms the
- * job.
+ * Takes the hello of a connection that proved itself: the rank joins, or
+ * the connection is told why not.  A malformed hello is ignored; a member
+ * that disagrees dooms the job.
  */
 static hoop_result_t take_hello(struct hoop_comm *comm, int *fds,
-                                struct pending_hello *c, long long deadline,
-                                int *joined) {
+                                const struct hoop_proven *c,
+                                long long deadline, int *joined) {
   char why[200], astr[HOOP_ADDR_STRLEN];
   struct hoop_hello h;
-  if (!hoop__hello_parse(c->bytes, sizeof c->bytes, &h, why, sizeof why)) {
+  bool ok = hoop__hello_parse(c->payload, sizeof h, &h, why, sizeof why);
+  if (ok && (h.rank != c->hs.from || h.comm_id != comm->comm_id)) {
+    snprintf(why, sizeof why, "a hello as rank %d of communicator %016llx "
+                              "on a connection proved as rank %d",
+             h.rank, (unsigned long long)h.comm_id, c->hs.from);
+    ok = false;
+  }
+  if (!ok) {
     HOOP_WARN("rendezvous: ignored %s: %s", hoop__addr_str(&c->from, astr),
               why);
     refuse_hello(c->fd, why, deadline);
@@ -313,93 +277,61 @@ static hoop_result_t take_hello(struct hoop_comm *comm, int *fds,
     return HOOP_SUCCESS;
   }
   refuse_hello(c->fd, why, deadline);
-  if (h.comm_id != comm->comm_id) {
-    HOOP_INFO("rendezvous: ignored %s: %s", hoop__addr_str(&c->from, astr),
-              why);
-    return HOOP_SUCCESS;
-  }
   return HOOP_ERROR(comm, HOOP_ERR_MISMATCH, "rendezvous: %s", why);
 }
 
+static size_t hello_bytes(int32_t channel) {
+  (void)channel;
+  return sizeof(struct hoop_hello);
+}
+
 /*
- * Accepts connections and reads their hellos all at once, each with its
- * own deadline: reading them one at a time let a single connection that
- * never spoke hold up every rank until the timeout.
+ * Takes the ranks' hellos as their connections prove themselves, through
+ * a listener that reads them all at once, each with its own deadline, so
+ * that connections which never speak or never prove themselves hold up no
+ * one.
  */
 static hoop_result_t gather_hellos(struct hoop_comm *comm, int lfd, int *fds,
                                    long long deadline) {
-  int n = comm->nranks, joined = 1, npending = 0, cap = 0;
-  struct pending_hello *p = NULL;
-  struct pollfd *pfds = NULL;
-  hoop_result_t res = HOOP_SUCCESS;
-  while (joined < n) {
-    long long now = hoop__now_ms();
-    for (int i = npending - 1; i >= 0; i--) {
-      if (p[i].deadline <= now)
-        drop_pending(p, &npending, i, "no hello in time");
-    }
-    if (now >= deadline) {
+  struct hoop_listener l = {
+      .key = comm->auth_key,
+      .comm_id = comm->comm_id,
+      .rank = 0,
+      .nranks = comm->nranks,
+      .channel_lo = HOOP_RENDEZVOUS_CHANNEL,
+      .channel_hi = HOOP_RENDEZVOUS_CHANNEL,
+      .payload_bytes = hello_bytes,
+      .max_unproven = HOOP_LISTENER_STRANGERS +
+                      (comm->nranks < 960 ? comm->nranks : 960),
+  };
+  hoop_result_t res = hoop__listener_open(&l, NULL, lfd);
+  if (res != HOOP_SUCCESS) {
+    hoop__error_attach(comm);
+    return res;
+  }
+  for (int joined = 1; joined < comm->nranks;) {
+    long long left = deadline - hoop__now_ms();
+    if (left <= 0) {
       char missing[128];
-      list_missing(fds, n, missing, sizeof missing);
+      list_missing(fds, comm->nranks, missing, sizeof missing);
       res = HOOP_ERROR(comm, HOOP_ERR_TIMEOUT,
                        "timed out waiting for a connection from rank(s) %s "
                        "of %d at the rendezvous (waited %d ms)",
-                       missing, n, comm->timeout_ms);
-      goto out;
+                       missing, comm->nranks, comm->timeout_ms);
+      break;
     }
-    if (npending + 1 > cap) {
-      int next = cap ? cap * 2 : n + 1;
-      struct pending_hello *np = realloc(p, sizeof *p * (size_t)next);
-      if (np != NULL)
-        p = np;
-      struct pollfd *nf = realloc(pfds, sizeof *pfds * ((size_t)next + 1));
-      if (nf != NULL)
-        pfds = nf;
-      if (np == NULL || nf == NULL) {
-        res = HOOP_ERROR(comm, HOOP_ERR_NO_MEMORY, "rendezvous table");
-        goto out;
-      }
-      cap = next;
+    struct hoop_proven c;
+    bool got;
+    res = hoop__listener_poll(&l, (int)left, &c, &got);
+    if (res != HOOP_SUCCESS) {
+      hoop__error_attach(comm);
+      break;
     }
-    long long wake = deadline;
-    pfds[0] = (struct pollfd){.fd = lfd, .events = POLLIN};
-    for (int i = 0; i < npending; i++) {
-      pfds[i + 1] = (struct pollfd){.fd = p[i].fd, .events = POLLIN};
-      if (p[i].deadline < wake)
-        wake = p[i].deadline;
-    }
-    int rc = poll(pfds, (nfds_t)npending + 1, (int)(wake - now));
-    if (rc < 0 && errno != EINTR) {
-      res = HOOP_ERROR(comm, HOOP_ERR_SYSTEM, "rendezvous: poll(): %s",
-                       strerror(errno));
-      goto out;
-    }
-    if (rc <= 0)
-      continue;
-    /* Backwards, so that dropping entry i moves one already looked at. */
-    for (int i = npending - 1; i >= 0 && joined < n; i--) {
-      if (pfds[i + 1].revents == 0 || read_hello(p, &npending, i) != 1)
-        continue;
-      struct pending_hello c = p[i];
-      p[i] = p[--npending];
-      HOOP_CHECK_GOTO(take_hello(comm, fds, &c, deadline, &joined), res,
-                      out);
-    }
-    if ((pfds[0].revents & POLLIN) && joined < n) {
-      struct pending_hello *c = &p[npending];
-      HOOP_CHECK_GOTO(hoop__sock_accept(comm, lfd, deadline, "a rank",
-                                        &c->fd, &c->from),
-                      res, out);
-      c->deadline = hoop__now_ms() + HELLO_MS;
-      c->got = 0;
-      npending++;
-    }
+    if (got && (res = take_hello(comm, fds, &c, deadline, &joined)) !=
+                   HOOP_SUCCESS)
+      break;
   }
-out:
-  for (int i = 0; i < npending; i++)
-    close(p[i].fd);
-  free(pfds);
-  free(p);
+  hoop__listener_close(&l);
   return res;
 }
 
@@ -412,7 +344,8 @@ static hoop_result_t root_gather(struct hoop_comm *comm, int lfd,
     return HOOP_ERROR(comm, HOOP_ERR_NO_MEMORY, "bootstrap table");
   for (int i = 0; i < n; i++)
     fds[i] = -1;
-  struct hoop_reply rep = {HOOP_SUCCESS, ""};
+  struct hoop_reply rep = {.status = HOOP_SUCCESS};
+  memcpy(rep.session, comm->listener.session, sizeof rep.session);
   HOOP_CHECK_GOTO(gather_hellos(comm, lfd, fds, deadline), res, fail);
   for (int i = 1; i < n; i++) {
     res = hoop__sock_send_all(comm, fds[i], &rep, sizeof rep, deadline,
@@ -486,7 +419,8 @@ static hoop_result_t join_root(struct hoop_comm *comm,
            hoop__addr_str(&uid->root, astr));
   int fd = -1;
   hoop_result_t res;
-  HOOP_CHECK(hoop__sock_connect(comm, &uid->root, deadline, root_desc, &fd));
+  HOOP_CHECK(hoop__comm_dial(comm, &uid->root, 0, HOOP_RENDEZVOUS_CHANNEL,
+                             deadline, root_desc, &fd));
   /* Listen for data on the address that routes to rank 0. */
   struct sockaddr_storage ss;
   socklen_t sl = sizeof ss;
@@ -508,6 +442,7 @@ static hoop_result_t join_root(struct hoop_comm *comm,
                      "rendezvous failed: %s", rep.message);
     goto out;
   }
+  memcpy(comm->listener.session, rep.session, sizeof rep.session);
   res = receive_table(comm, fd, deadline, root_desc);
 out:
   close(fd);
@@ -518,6 +453,7 @@ hoop_result_t hoop__bootstrap(struct hoop_comm *comm,
                               const struct hoop_uid *uid) {
   long long deadline = hoop__now_ms() + comm->timeout_ms;
   comm->comm_id = uid->comm_id;
+  comm->auth_key = uid->key;
   if (comm->rank != 0)
     return join_root(comm, uid, deadline);
 
@@ -527,6 +463,9 @@ hoop_result_t hoop__bootstrap(struct hoop_comm *comm,
     HOOP_CHECK(hoop__sock_listen(&uid->root, &lfd, &bound));
   }
   hoop_result_t res = open_data_listener(comm, &uid->root);
+  if (res == HOOP_SUCCESS)
+    res = hoop__auth_random(comm->listener.session,
+                            sizeof comm->listener.session);
   if (res == HOOP_SUCCESS && comm->nranks > 1)
     res = root_gather(comm, lfd, deadline);
   close(lfd);

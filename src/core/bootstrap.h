@@ -6,29 +6,40 @@
 #ifndef HOOP_BOOTSTRAP_H
 #define HOOP_BOOTSTRAP_H
 
+#include <assert.h>
 #include <stdint.h>
 
 #include "hoop.h"
+#include "core/auth.h"
 #include "core/socket.h"
 #include "core/wire.h"
 
 struct hoop_comm;
 
-#define HOOP_UID_MAGIC 0x686f6f7055494431ULL /* "hoopUID1" */
+#define HOOP_UID_MAGIC 0x686f6f7055494432ULL /* "hoopUID2" */
 
-/* The inside of a hoop_unique_id_t. */
+/*
+ * The inside of a hoop_unique_id_t.  The key travels with the id: whoever
+ * the id is handed to is trusted to be a rank of the job.
+ */
 struct hoop_uid {
   uint64_t magic;
   uint64_t comm_id;
   struct hoop_addr root;
+  struct hoop_auth_key key;
 };
+static_assert(sizeof(struct hoop_uid) <= HOOP_UNIQUE_ID_BYTES,
+               "a unique id holds its address and key");
 
 /*
- * Fills a new id for a root listening on `root` (port 0 picks a free one);
- * the listening socket is kept for this process's rank 0 to adopt.
+ * Fills a new id for a root listening on `root` (port 0 picks a free one)
+ * with the job's `key`; the listening socket is kept for this process's
+ * rank 0 to adopt.
  */
 hoop_result_t hoop__uid_create(const struct hoop_addr *root,
-                               uint64_t comm_id, struct hoop_uid *uid);
+                               uint64_t comm_id,
+                               const struct hoop_auth_key *key,
+                               struct hoop_uid *uid);
 
 /* Reads and checks the id a user handed in. */
 hoop_result_t hoop__uid_parse(const hoop_unique_id_t *id,

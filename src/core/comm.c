@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include "core/bootstrap.h"
@@ -184,7 +183,7 @@ static void comm_free(struct hoop_comm *comm) {
     }
   }
   hoop__comm_drop_pending(comm);
-  hoop__sock_close(&comm->listen_fd);
+  hoop__listener_close(&comm->listener);
   free(comm->conns);
   free(comm->peers);
   free(comm->host_index);
@@ -292,7 +291,7 @@ hoop_result_t hoop__comm_create(struct hoop_comm **out, int nranks, int rank,
   if (comm == NULL)
     return HOOP_ERROR(NULL, HOOP_ERR_NO_MEMORY, "communicator");
   pthread_mutex_init(&comm->state_lock, NULL);
-  comm->listen_fd = -1;
+  comm->listener.fd = -1;
   comm->rank = rank;
   comm->nranks = nranks;
   HOOP_CHECK_GOTO(apply_config(comm, config), res, out_free);
@@ -354,12 +353,12 @@ hoop_result_t hoop__unique_id(const struct hoop_iface *iface,
   if (iface->name[0] != '\0')
     root = iface->addr;
   uint64_t comm_id = 0;
-  while (comm_id == 0) {
-    if (getrandom(&comm_id, sizeof comm_id, 0) != sizeof comm_id)
-      comm_id = ((uint64_t)getpid() << 32) ^ (uint64_t)hoop__now_ns();
-  }
+  struct hoop_auth_key key;
+  while (comm_id == 0)
+    HOOP_CHECK(hoop__auth_random(&comm_id, sizeof comm_id));
+  HOOP_CHECK(hoop__auth_random(&key, sizeof key));
   struct hoop_uid uid;
-  HOOP_CHECK(hoop__uid_create(&root, comm_id, &uid));
+  HOOP_CHECK(hoop__uid_create(&root, comm_id, &key, &uid));
   memset(id, 0, sizeof *id);
   memcpy(id->internal, &uid, sizeof uid);
   return HOOP_SUCCESS;

@@ -12,6 +12,8 @@
 #include <stdint.h>
 
 #include "hoop.h"
+#include "core/auth.h"
+#include "core/listener.h"
 #include "core/peer.h"
 #include "core/socket.h"
 
@@ -47,9 +49,11 @@ struct hoop_comm {
   int rank;
   int nranks;
   uint64_t comm_id;
-  struct hoop_peer_info *peers; /* [nranks] */
+  struct hoop_auth_key auth_key; /* the job's secret (auth.h) */
+  struct hoop_peer_info *peers;  /* [nranks] */
 
-  int listen_fd;
+  /* Data dials and failure notices; it holds the session (auth.h). */
+  struct hoop_listener listener;
   struct hoop_iface iface; /* name "" when no setting chose one */
   struct hoop_pending_sock *pending;
   struct hoop_conn **conns; /* [nranks * nsocks], NULL until connected */
@@ -168,11 +172,28 @@ hoop_result_t hoop__comm_conn(struct hoop_comm *comm, int peer, int channel,
 void hoop__comm_break(struct hoop_comm *comm, hoop_result_t result);
 
 /*
- * Waits up to wait_ms for another rank's failure notice on the listening
- * socket; returns HOOP_ERR_REMOTE with its text when one came.  Data dials
- * that arrive meanwhile are kept for the connection they are for.
+ * Waits up to wait_ms for another rank's failure notice on the listener;
+ * returns HOOP_ERR_REMOTE with its text when one came.  Data dials that
+ * prove themselves meanwhile are kept for the connection they are for.
  */
 hoop_result_t hoop__comm_check_notices(struct hoop_comm *comm, int wait_ms);
+
+/*
+ * Opens the communicator's data listener on `addr` (port 0: any); its
+ * address is then comm->listener.addr.
+ */
+hoop_result_t hoop__comm_listen(struct hoop_comm *comm,
+                                const struct hoop_addr *addr);
+
+/*
+ * Connects to `addr` as this rank and proves it to the rank `to` there
+ * for `channel` (a data channel, or HOOP_RENDEZVOUS_CHANNEL), once that
+ * rank has proved itself.  Failure notices are watched meanwhile.
+ */
+hoop_result_t hoop__comm_dial(struct hoop_comm *comm,
+                              const struct hoop_addr *addr, int32_t to,
+                              int32_t channel, long long deadline,
+                              const char *desc, int *fd);
 
 /* Closes the accepted dials that nobody asked for, at teardown. */
 void hoop__comm_drop_pending(struct hoop_comm *comm);

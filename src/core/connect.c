@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/bootstrap.h"
+#include "core/auth.h"
 #include "core/comm.h"
 #include "core/error.h"
 #include "transport/transport.h"
@@ -27,50 +27,100 @@ const char *hoop__peer_desc(const struct hoop_comm *comm, int peer,
 }
 
 /*
- * Waits for the ack of a dialled peer.  A peer that never accepts (it is
- * in another call, or failed) must not hold this rank for the whole
- * timeout when some rank has already reported the failure, so failure
- * notices on the listening socket are watched meanwhile.
+ * Waits until fd has something to read, serving this rank's listener
+ * meanwhile: a peer that never answers (it is in another call, or failed)
+ * must not hold this rank for the whole timeout when some rank has already
+ * reported the failure, and dials that come in the meantime are kept.
  */
-static hoop_result_t await_ack(struct hoop_comm *comm, int fd,
-                               long long deadline, const char *desc,
-                               int32_t *status) {
-  struct pollfd fds[2] = {{.fd = fd, .events = POLLIN},
-                          {.fd = comm->listen_fd, .events = POLLIN}};
-  while (hoop__now_ms() < deadline) {
+static hoop_result_t await_readable(struct hoop_comm *comm, int fd,
+                                    long long deadline, const char *desc,
+                                    const char *what) {
+  struct pollfd *fds =
+      malloc(sizeof *fds * (2 + (size_t)comm->listener.max_unproven));
+  if (fds == NULL)
+    return HOOP_ERROR(comm, HOOP_ERR_NO_MEMORY, "waiting for %s", desc);
+  hoop_result_t res = HOOP_SUCCESS;
+  for (;;) {
     long long left = deadline - hoop__now_ms();
-    if (poll(fds, 2, left > 1000 ? 1000 : (int)left) <= 0)
+    if (left <= 0) {
+      res = HOOP_ERROR(comm, HOOP_ERR_TIMEOUT,
+                       "%s accepted the connection but never sent %s "
+                       "within %d ms",
+                       desc, what, comm->timeout_ms);
+      break;
+    }
+    fds[0] = (struct pollfd){.fd = fd, .events = POLLIN};
+    int n = 1 + hoop__listener_pollfds(&comm->listener, fds + 1);
+    if (poll(fds, (nfds_t)n, left > 1000 ? 1000 : (int)left) <= 0)
       continue;
-    if (fds[1].revents & POLLIN)
-      HOOP_CHECK(hoop__comm_check_notices(comm, 0));
-    if (fds[0].revents)
-      return hoop__sock_recv_all(comm, fd, status, sizeof *status, deadline,
-                                 desc);
+    bool listener = false;
+    for (int i = 1; i < n; i++)
+      listener |= fds[i].revents != 0;
+    if (listener) {
+      res = hoop__comm_check_notices(comm, 0);
+      if (res != HOOP_SUCCESS)
+        break;
+    }
+    if (fds[0].revents != 0)
+      break;
   }
-  return HOOP_ERROR(comm, HOOP_ERR_TIMEOUT,
-                    "%s accepted the connection but never answered the "
-                    "handshake within %d ms",
-                    desc, comm->timeout_ms);
+  free(fds);
+  return res;
 }
 
+hoop_result_t hoop__comm_dial(struct hoop_comm *comm,
+                              const struct hoop_addr *addr, int32_t to,
+                              int32_t channel, long long deadline,
+                              const char *desc, int *out) {
+  int fd;
+  HOOP_CHECK(hoop__sock_connect(comm, addr, deadline, desc, &fd));
+  struct hoop_handshake hs;
+  struct hoop_auth_challenge ch;
+  struct hoop_auth_proof proof;
+  hoop_result_t res =
+      hoop__auth_handshake(comm->comm_id, comm->rank, to, channel, &hs);
+  if (res == HOOP_SUCCESS)
+    res = hoop__sock_send_all(comm, fd, &hs, sizeof hs, deadline, desc);
+  if (res == HOOP_SUCCESS)
+    res = await_readable(comm, fd, deadline, desc, "its challenge");
+  if (res == HOOP_SUCCESS)
+    res = hoop__sock_recv_all(comm, fd, &ch, sizeof ch, deadline, desc);
+  if (res == HOOP_SUCCESS && !hoop__auth_check_challenge(&comm->auth_key,
+                                                         &hs, &ch))
+    res = HOOP_ERROR(comm, HOOP_ERR_MISMATCH,
+                     "%s could not prove that it holds this job's secret: "
+                     "it is not a rank of this job, or was given another "
+                     "HOOP_AUTH_TOKEN",
+                     desc);
+  if (res == HOOP_SUCCESS) {
+    hoop__auth_proof(&comm->auth_key, &hs, &ch, &proof);
+    res = hoop__sock_send_all(comm, fd, &proof, sizeof proof, deadline,
+                              desc);
+  }
+  if (res != HOOP_SUCCESS) {
+    close(fd);
+    return res;
+  }
+  *out = fd;
+  return HOOP_SUCCESS;
+}
+
+/* Dials `peer` for a data channel and waits for it to take the socket. */
 static hoop_result_t dial(struct hoop_comm *comm, int peer, int channel,
                           long long deadline, int *out) {
   char desc[128];
   hoop__peer_desc(comm, peer, desc, sizeof desc);
   int fd;
-  HOOP_CHECK(hoop__sock_connect(comm, &comm->peers[peer].addr, deadline,
-                                desc, &fd));
-  struct hoop_handshake hs = {HOOP_WIRE_MAGIC, HOOP_WIRE_VERSION,
-                              comm->comm_id, comm->rank, peer, channel, 0};
+  HOOP_CHECK(hoop__comm_dial(comm, &comm->peers[peer].addr, peer, channel,
+                             deadline, desc, &fd));
   int32_t status = HOOP_ERR_INTERNAL;
-  hoop_result_t res =
-      hoop__sock_send_all(comm, fd, &hs, sizeof hs, deadline, desc);
+  hoop_result_t res = await_readable(comm, fd, deadline, desc, "its answer");
   if (res == HOOP_SUCCESS)
-    res = await_ack(comm, fd, deadline, desc, &status);
+    res = hoop__sock_recv_all(comm, fd, &status, sizeof status, deadline,
+                              desc);
   if (res == HOOP_SUCCESS && status != HOOP_SUCCESS)
     res = HOOP_ERROR(comm, HOOP_ERR_MISMATCH,
-                     "%s refused the data connection for channel %d "
-                     "(communicator or protocol mismatch)",
+                     "%s refused the data connection for channel %d",
                      desc, channel);
   if (res != HOOP_SUCCESS) {
     close(fd);
@@ -119,57 +169,46 @@ static hoop_result_t notice_error(struct hoop_comm *comm, int from,
 }
 
 /*
- * Accepts one connection and reads its handshake.  A data dial is acked
- * and kept in comm->pending; a failure notice becomes this call's error;
- * anything else is refused and ignored.
+ * Takes one connection that has proved itself, waiting up to wait_ms for
+ * it.  A data dial is acked and kept in comm->pending; a failure notice
+ * becomes this call's error.
  */
-static hoop_result_t accept_one(struct hoop_comm *comm, long long deadline,
-                                const char *waiting_for) {
-  int fd;
-  struct hoop_addr from;
-  HOOP_CHECK(hoop__sock_accept(comm, comm->listen_fd, deadline, waiting_for,
-                               &fd, &from));
-  unsigned char bytes[sizeof(struct hoop_handshake)];
-  if (hoop__sock_recv_all(comm, fd, bytes, sizeof bytes, deadline,
-                          "a connecting rank") != HOOP_SUCCESS) {
-    close(fd);
+static hoop_result_t take_one(struct hoop_comm *comm, int wait_ms) {
+  struct hoop_proven p;
+  bool got;
+  hoop_result_t res =
+      hoop__listener_poll(&comm->listener, wait_ms, &p, &got);
+  if (res != HOOP_SUCCESS) {
+    hoop__error_attach(comm);
+    return res;
+  }
+  if (!got)
+    return HOOP_SUCCESS;
+  if (p.hs.channel == HOOP_NOTICE_CHANNEL) {
+    char reason[HOOP_NOTICE_BYTES];
+    close(p.fd);
+    hoop__notice_parse(p.payload, HOOP_NOTICE_BYTES, reason, sizeof reason);
+    return notice_error(comm, p.hs.from, reason);
+  }
+  /* A proven rank dials only the higher ranks; anything else is a bug. */
+  int32_t status = p.hs.from < comm->rank ? HOOP_SUCCESS : HOOP_ERR_MISMATCH;
+  hoop__sock_send_all(comm, p.fd, &status, sizeof status,
+                      hoop__now_ms() + 1000, "a connecting rank");
+  if (status != HOOP_SUCCESS) {
+    HOOP_WARN("rank %d: refused a data connection from rank %d, which "
+              "should have waited for this rank to dial",
+              comm->rank, p.hs.from);
+    close(p.fd);
     return HOOP_SUCCESS;
   }
-  struct hoop_handshake hs;
-  char why[200] = "";
-  bool ours = hoop__handshake_parse(bytes, sizeof bytes, comm->nranks,
-                                    comm->nsocks, &hs, why, sizeof why);
-  if (ours && (hs.comm_id != comm->comm_id || hs.to != comm->rank)) {
-    snprintf(why, sizeof why, "for communicator %016llx, rank %d",
-             (unsigned long long)hs.comm_id, hs.to);
-    ours = false;
-  }
-  if (ours && hs.channel == HOOP_NOTICE_CHANNEL) {
-    char text[HOOP_NOTICE_BYTES], reason[HOOP_NOTICE_BYTES];
-    hoop_result_t got = hoop__sock_recv_all(comm, fd, text, sizeof text,
-                                            deadline, "a failing rank");
-    close(fd);
-    hoop__notice_parse(text, sizeof text, reason, sizeof reason);
-    return notice_error(comm, hs.from,
-                        got == HOOP_SUCCESS ? reason : "(no reason given)");
-  }
-  int32_t status = ours ? HOOP_SUCCESS : HOOP_ERR_MISMATCH;
-  hoop__sock_send_all(comm, fd, &status, sizeof status, deadline,
-                      "a connecting rank");
-  if (!ours) {
-    char astr[HOOP_ADDR_STRLEN];
-    HOOP_WARN("rank %d: refused a data connection from %s: %s", comm->rank,
-              hoop__addr_str(&from, astr), why);
-    close(fd);
-    return HOOP_SUCCESS;
-  }
-  struct hoop_pending_sock *p = malloc(sizeof *p);
-  if (p == NULL) {
-    close(fd);
+  struct hoop_pending_sock *ps = malloc(sizeof *ps);
+  if (ps == NULL) {
+    close(p.fd);
     return HOOP_ERROR(comm, HOOP_ERR_NO_MEMORY, "pending connection");
   }
-  *p = (struct hoop_pending_sock){comm->pending, fd, hs.from, hs.channel};
-  comm->pending = p;
+  *ps = (struct hoop_pending_sock){comm->pending, p.fd, p.hs.from,
+                                   p.hs.channel};
+  comm->pending = ps;
   return HOOP_SUCCESS;
 }
 
@@ -178,50 +217,113 @@ static hoop_result_t accept_from(struct hoop_comm *comm, int peer,
                                  int channel, long long deadline, int *out) {
   char desc[128];
   hoop__peer_desc(comm, peer, desc, sizeof desc);
-  while (!take_pending(comm, peer, channel, out))
-    HOOP_CHECK(accept_one(comm, deadline, desc));
-  return HOOP_SUCCESS;
-}
-
-hoop_result_t hoop__comm_check_notices(struct hoop_comm *comm, int wait_ms) {
-  struct pollfd p = {.fd = comm->listen_fd, .events = POLLIN};
-  while (!comm->notice_received && poll(&p, 1, wait_ms) > 0) {
-    /* A handshake is a few bytes already on their way. */
-    hoop_result_t res = accept_one(comm, hoop__now_ms() + 1000,
-                                   "a failure notice");
-    if (comm->notice_received)
-      return res;
-    if (res != HOOP_SUCCESS)
-      break;
-    wait_ms = 0;
+  while (!take_pending(comm, peer, channel, out)) {
+    long long left = deadline - hoop__now_ms();
+    if (left <= 0)
+      return HOOP_ERROR(comm, HOOP_ERR_TIMEOUT,
+                        "timed out waiting for a connection from %s", desc);
+    HOOP_CHECK(take_one(comm, left > 1000 ? 1000 : (int)left));
   }
   return HOOP_SUCCESS;
 }
 
+hoop_result_t hoop__comm_check_notices(struct hoop_comm *comm, int wait_ms) {
+  long long end = hoop__now_ms() + wait_ms;
+  while (!comm->notice_received) {
+    long long left = end - hoop__now_ms();
+    hoop_result_t res = take_one(comm, left > 0 ? (int)left : 0);
+    if (comm->notice_received)
+      return res;
+    if (res != HOOP_SUCCESS || left <= 0)
+      break;
+  }
+  return HOOP_SUCCESS;
+}
+
+/* What follows a proof on the data listener: a notice's reason, or none. */
+static size_t data_payload_bytes(int32_t channel) {
+  return channel == HOOP_NOTICE_CHANNEL ? HOOP_NOTICE_BYTES : 0;
+}
+
+hoop_result_t hoop__comm_listen(struct hoop_comm *comm,
+                                const struct hoop_addr *addr) {
+  struct hoop_listener *l = &comm->listener;
+  l->key = comm->auth_key;
+  l->comm_id = comm->comm_id;
+  l->rank = comm->rank;
+  l->nranks = comm->nranks;
+  l->channel_lo = HOOP_NOTICE_CHANNEL;
+  l->channel_hi = comm->nsocks - 1;
+  l->payload_bytes = data_payload_bytes;
+  /* Every peer may dial at once, and ring neighbours on every channel. */
+  l->max_unproven = HOOP_LISTENER_STRANGERS +
+                    (comm->nranks < 960 ? comm->nranks : 960) + comm->nsocks;
+  return hoop__listener_open(l, addr, -1);
+}
+
+/* How long a breaking rank may spend getting its notices out. */
+#define NOTICE_MS 200
+
+/*
+ * Sends a sealed notice (auth.h) on a connection that has just opened;
+ * false when it could not.
+ */
+static bool send_notice(struct hoop_comm *comm, int fd, int peer,
+                        const char *reason) {
+  struct hoop_handshake hs;
+  uint8_t seal[HOOP_AUTH_MAC_BYTES];
+  if (hoop__auth_handshake(comm->comm_id, comm->rank, peer,
+                           HOOP_NOTICE_CHANNEL, &hs) != HOOP_SUCCESS)
+    return false;
+  hoop__auth_seal(&comm->auth_key, &hs, comm->listener.session, reason,
+                  HOOP_NOTICE_BYTES, seal);
+  struct iovec iov[3] = {{&hs, sizeof hs},
+                         {seal, sizeof seal},
+                         {(void *)reason, HOOP_NOTICE_BYTES}};
+  struct msghdr msg = {.msg_iov = iov, .msg_iovlen = 3};
+  return sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT) ==
+         (ssize_t)(sizeof hs + sizeof seal + HOOP_NOTICE_BYTES);
+}
+
+/*
+ * A failing rank tells every peer why, all at once, so that ranks which
+ * only see the cascade (a neighbour closing) still report the root cause.
+ * A notice is sealed rather than challenged, so the peer may read it
+ * whenever it next looks, long after this rank has gone.
+ */
 static void send_notices(struct hoop_comm *comm) {
   _Static_assert(HOOP_NOTICE_BYTES <= HOOP_ERROR_MAX,
                  "a notice carries the start of the error");
   char reason[HOOP_NOTICE_BYTES];
   memcpy(reason, comm->last_error, sizeof reason);
-  long long deadline = hoop__now_ms() + 200;
-  for (int peer = 0; peer < comm->nranks; peer++) {
-    if (peer == comm->rank)
-      continue;
-    int fd;
-    char desc[128];
-    hoop__peer_desc(comm, peer, desc, sizeof desc);
-    /* A dead peer refuses at once; one try each, never a retry loop. */
-    if (hoop__sock_connect(NULL, &comm->peers[peer].addr, hoop__now_ms(),
-                           desc, &fd) != HOOP_SUCCESS)
-      continue;
-    struct hoop_handshake hs = {HOOP_WIRE_MAGIC, HOOP_WIRE_VERSION,
-                                comm->comm_id, comm->rank, peer,
-                                HOOP_NOTICE_CHANNEL, 0};
-    if (hoop__sock_send_all(NULL, fd, &hs, sizeof hs, deadline, desc) ==
-        HOOP_SUCCESS)
-      hoop__sock_send_all(NULL, fd, reason, sizeof reason, deadline, desc);
-    close(fd);
+  int n = comm->nranks, open = 0;
+  struct pollfd *fds = calloc((size_t)n, sizeof *fds);
+  if (fds == NULL)
+    return;
+  for (int peer = 0; peer < n; peer++) {
+    fds[peer] = (struct pollfd){.fd = -1, .events = POLLOUT};
+    if (peer != comm->rank &&
+        hoop__sock_connect_start(&comm->peers[peer].addr,
+                                 &fds[peer].fd) == 0)
+      open++;
   }
+  long long deadline = hoop__now_ms() + NOTICE_MS;
+  for (long long left = NOTICE_MS; open > 0 && left > 0;
+       left = deadline - hoop__now_ms()) {
+    if (poll(fds, (nfds_t)n, (int)left) <= 0)
+      continue;
+    for (int peer = 0; peer < n; peer++) {
+      if (fds[peer].fd < 0 || fds[peer].revents == 0)
+        continue;
+      if ((fds[peer].revents & (POLLERR | POLLHUP)) == 0)
+        send_notice(comm, fds[peer].fd, peer, reason);
+      hoop__sock_close(&fds[peer].fd);
+      open--;
+    }
+  }
+  for (int peer = 0; peer < n; peer++)
+    hoop__sock_close(&fds[peer].fd);
+  free(fds);
 }
 
 struct open_ctx {

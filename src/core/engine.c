@@ -341,12 +341,15 @@ static hoop_result_t wait_for_io(struct hoop_plan *p, long long deadline,
   HOOP_CHECK(hoop__engine_arm(p, fds, &n, polled, &ready));
   if (ready || n == 0)
     return HOOP_SUCCESS;
-  fds[n] = (struct pollfd){.fd = p->comm->listen_fd, .events = POLLIN};
+  int m = hoop__listener_pollfds(&p->comm->listener, fds + n);
   long long left = deadline - hoop__now_ms();
-  if (left > 0 &&
-      poll(fds, (nfds_t)n + 1, left > 1000 ? 1000 : (int)left) > 0 &&
-      (fds[n].revents & POLLIN))
-    HOOP_CHECK(hoop__comm_check_notices(p->comm, 0));
+  if (left <= 0 ||
+      poll(fds, (nfds_t)(n + m), left > 1000 ? 1000 : (int)left) <= 0)
+    return HOOP_SUCCESS;
+  for (int i = n; i < n + m; i++) {
+    if (fds[i].revents != 0)
+      return hoop__comm_check_notices(p->comm, 0);
+  }
   return HOOP_SUCCESS;
 }
 
@@ -432,7 +435,9 @@ static hoop_result_t prepare(struct hoop_plan *p) {
    * be noticed at the next one-second wake-up.
    */
   free(p->pollfds);
-  p->pollfds = malloc(sizeof *p->pollfds * ((size_t)p->nlinks + 1));
+  p->pollfds = malloc(sizeof *p->pollfds *
+                      ((size_t)p->nlinks + 1 +
+                       (size_t)comm->listener.max_unproven));
   if (p->pollfds == NULL)
     return HOOP_ERROR(p->comm, HOOP_ERR_NO_MEMORY,
                       "poll set for %d links", p->nlinks);

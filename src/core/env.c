@@ -8,11 +8,15 @@
  * unique id in a file named after the job and the number of such calls
  * before this one in the process, which works when all ranks share
  * one host (the common `mpirun -np 4 prog` case); jobs across hosts set
- * HOOP_ROOT_ADDR or MASTER_ADDR.  What can be checked alone (a batch script
- * that forgot srun, a bad interface setting) fails before any rank waits.
+ * HOOP_ROOT_ADDR or MASTER_ADDR.  The job's secret travels in the id file
+ * (readable by its user alone) or, with an address, comes from
+ * HOOP_AUTH_TOKEN or HOOP_AUTH_TOKEN_FILE.  What can be checked alone (a
+ * batch script that forgot srun, a bad interface setting, a missing
+ * secret) fails before any rank waits.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -135,6 +139,92 @@ static hoop_result_t read_root(struct launch_env *le) {
   return HOOP_SUCCESS;
 }
 
+/*
+ * Reads the token in `path`: the file must be this user's, a regular file
+ * that nobody else may read or write, as ssh asks of its keys.  Trailing
+ * white space (a newline from echo) is not part of the token.
+ */
+static hoop_result_t read_token_file(const char *path, char *token,
+                                     size_t cap) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0)
+    return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
+                      "HOOP_AUTH_TOKEN_FILE=%s: %s", path, strerror(errno));
+  struct stat st;
+  ssize_t n = -1;
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+      st.st_uid == geteuid() && (st.st_mode & 077) == 0)
+    n = read(fd, token, cap - 1);
+  close(fd);
+  if (n < 0)
+    return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
+                      "HOOP_AUTH_TOKEN_FILE=%s must be a file of yours that "
+                      "only you can read (chmod 600)",
+                      path);
+  while (n > 0 && strchr(" \t\r\n", token[n - 1]) != NULL)
+    n--;
+  token[n] = '\0';
+  return HOOP_SUCCESS;
+}
+
+/* Says once per process that HOOP_AUTH=off leaves the job open. */
+static void warn_unauthenticated(void) {
+  static int warned;
+  if (__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED) == 0)
+    HOOP_WARN("HOOP_AUTH=off and no HOOP_AUTH_TOKEN: this job does not "
+              "authenticate its connections; any process that can reach "
+              "its ports can join it, read its data and change its "
+              "results");
+}
+
+/*
+ * The job's key when the ranks meet at an address: from HOOP_AUTH_TOKEN,
+ * or from the file HOOP_AUTH_TOKEN_FILE names.  Without either the job is
+ * refused, unless HOOP_AUTH=off, which runs it with a key anyone knows.
+ */
+static hoop_result_t read_secret(struct hoop_auth_key *key) {
+  const char *auth = env_text("HOOP_AUTH");
+  const char *token = env_text("HOOP_AUTH_TOKEN");
+  const char *file = env_text("HOOP_AUTH_TOKEN_FILE");
+  if (*auth != '\0' && strcmp(auth, "on") != 0 && strcmp(auth, "off") != 0)
+    return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
+                      "HOOP_AUTH=%s is neither on nor off", auth);
+  if (*token != '\0' && *file != '\0')
+    return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
+                      "both HOOP_AUTH_TOKEN and HOOP_AUTH_TOKEN_FILE are "
+                      "set; set one");
+  char text[4096];
+  if (*file != '\0') {
+    HOOP_CHECK(read_token_file(file, text, sizeof text));
+    token = text;
+  }
+  if (*token == '\0' && strcmp(auth, "off") == 0) {
+    warn_unauthenticated();
+    memset(key, 0, sizeof *key);
+    return HOOP_SUCCESS;
+  }
+  if (*token == '\0')
+    return HOOP_ERROR(NULL, HOOP_ERR_INVALID_USAGE,
+                      "hoop_comm_init_env: this job has no secret, so any "
+                      "process that reaches its ports could join it: give "
+                      "every rank the same HOOP_AUTH_TOKEN of at least %d "
+                      "random characters (e.g. export HOOP_AUTH_TOKEN=$(od "
+                      "-vAn -N16 -tx1 /dev/urandom | tr -d ' \\n')), or "
+                      "HOOP_AUTH_TOKEN_FILE naming a file only you can read "
+                      "that holds one; hoop-run sets one itself, and "
+                      "HOOP_AUTH=off runs without (see docs/security.md)",
+                      HOOP_AUTH_TOKEN_MIN);
+  size_t len = strlen(token);
+  if (len < HOOP_AUTH_TOKEN_MIN)
+    return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
+                      "%s holds a token of %zu characters; it needs at "
+                      "least %d (128 random bits in hex)",
+                      *file != '\0' ? "HOOP_AUTH_TOKEN_FILE" : "HOOP_AUTH_TOKEN",
+                      len, HOOP_AUTH_TOKEN_MIN);
+  hoop__auth_key_from_token(token, key);
+  return HOOP_SUCCESS;
+}
+
 /* Every rank derives the same communicator id from the address. */
 static uint64_t id_from_text(const char *text) {
   uint64_t h = hoop__fnv1a_text(HOOP_FNV1A_BASIS, text);
@@ -157,11 +247,18 @@ static void id_file_path(const struct launch_env *le, char *buf, size_t len) {
            (unsigned)getuid(), le->job_key, gen);
 }
 
+/*
+ * The id holds the job's secret, so only this user may read the file, and
+ * a file someone else left in its place (in a shared $TMPDIR) is never
+ * written through or trusted.
+ */
 static hoop_result_t publish_id(const char *path,
                                 const hoop_unique_id_t *id) {
   char tmp[600];
   snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  unlink(tmp);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                0600);
   if (fd < 0)
     return HOOP_ERROR(NULL, HOOP_ERR_SYSTEM, "open(%s): %s", tmp,
                       strerror(errno));
@@ -180,10 +277,19 @@ static hoop_result_t wait_for_id(const char *path, int timeout_ms,
                                  hoop_unique_id_t *id) {
   long long deadline = hoop__now_ms() + timeout_ms;
   for (;;) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd >= 0) {
-      ssize_t n = read(fd, id, sizeof *id);
+      struct stat st;
+      bool ours = fstat(fd, &st) == 0 && st.st_uid == geteuid() &&
+                  (st.st_mode & 077) == 0;
+      ssize_t n = ours ? read(fd, id, sizeof *id) : -1;
       close(fd);
+      if (!ours)
+        return HOOP_ERROR(NULL, HOOP_ERR_INVALID_USAGE,
+                          "hoop_comm_init_env: %s is not a file of yours "
+                          "that only you can read; someone else may have "
+                          "put it there (remove it, or set TMPDIR)",
+                          path);
       if (n == (ssize_t)sizeof *id)
         return HOOP_SUCCESS;
     }
@@ -223,6 +329,7 @@ hoop_result_t hoop_comm_init_env(hoop_comm_t *comm,
   char path[512] = "";
   if (le.root_addr[0] != '\0') {
     HOOP_CHECK(hoop__addr_parse(le.root_addr, &uid.root));
+    HOOP_CHECK(read_secret(&uid.key));
     uid.comm_id = id_from_text(le.root_addr);
     memset(&id, 0, sizeof id);
     memcpy(id.internal, &uid, sizeof uid);

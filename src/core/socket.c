@@ -279,30 +279,42 @@ static int wait_fd(int fd, short events, long long deadline_ms) {
   }
 }
 
-/*
- * One non-blocking connect attempt, waited for until deadline_ms; returns
- * 0 or the errno that ended it.
- */
-static int connect_once(const struct sockaddr_storage *ss, socklen_t len,
-                        long long deadline_ms, int *fd) {
-  int s = socket(ss->ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK,
+int hoop__sock_connect_start(const struct hoop_addr *addr, int *fd) {
+  struct sockaddr_storage ss;
+  socklen_t len;
+  hoop__addr_to_sockaddr(addr, &ss, &len);
+  int s = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK,
                  0);
   if (s < 0)
     return errno;
   int one = 1;
   setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  int err = 0;
-  if (connect(s, (const struct sockaddr *)ss, len) != 0) {
-    err = errno;
-    if (err == EINPROGRESS) {
-      int ready = wait_fd(s, POLLOUT, deadline_ms);
-      socklen_t elen = sizeof err;
-      if (ready <= 0)
-        err = ready == 0 ? ETIMEDOUT : errno;
-      else if (getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &elen) != 0)
-        err = errno;
-    }
+  if (connect(s, (const struct sockaddr *)&ss, len) != 0 &&
+      errno != EINPROGRESS) {
+    int err = errno;
+    close(s);
+    return err;
   }
+  *fd = s;
+  return 0;
+}
+
+/*
+ * One non-blocking connect attempt, waited for until deadline_ms; returns
+ * 0 or the errno that ended it.
+ */
+static int connect_once(const struct hoop_addr *addr, long long deadline_ms,
+                        int *fd) {
+  int s;
+  int err = hoop__sock_connect_start(addr, &s);
+  if (err != 0)
+    return err;
+  int ready = wait_fd(s, POLLOUT, deadline_ms);
+  socklen_t elen = sizeof err;
+  if (ready <= 0)
+    err = ready == 0 ? ETIMEDOUT : errno;
+  else if (getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &elen) != 0)
+    err = errno;
   if (err != 0) {
     close(s);
     return err;
@@ -316,13 +328,10 @@ hoop_result_t hoop__sock_connect(struct hoop_comm *comm,
                                  long long deadline_ms, const char *peer,
                                  int *fd) {
   char astr[HOOP_ADDR_STRLEN];
-  struct sockaddr_storage ss;
-  socklen_t len;
-  hoop__addr_to_sockaddr(addr, &ss, &len);
   int err;
   long long pause_ms = 1;
   for (;;) {
-    err = connect_once(&ss, len, deadline_ms, fd);
+    err = connect_once(addr, deadline_ms, fd);
     if (err == 0)
       return HOOP_SUCCESS;
     /* Only "not listening yet" is worth a retry; anything else is final. */
@@ -340,32 +349,6 @@ hoop_result_t hoop__sock_connect(struct hoop_comm *comm,
                     waited ? " (until the timeout; is it running and "
                              "reachable?)"
                            : "");
-}
-
-hoop_result_t hoop__sock_accept(struct hoop_comm *comm, int listen_fd,
-                                long long deadline_ms, const char *what,
-                                int *fd, struct hoop_addr *from) {
-  int rc = wait_fd(listen_fd, POLLIN, deadline_ms);
-  if (rc == 0)
-    return HOOP_ERROR(comm, HOOP_ERR_TIMEOUT,
-                      "timed out waiting for a connection from %s", what);
-  if (rc < 0)
-    return HOOP_ERROR(comm, HOOP_ERR_SYSTEM, "poll() on listener: %s",
-                      strerror(errno));
-  struct sockaddr_storage ss;
-  socklen_t len = sizeof ss;
-  int s = accept4(listen_fd, (struct sockaddr *)&ss, &len,
-                  SOCK_CLOEXEC | SOCK_NONBLOCK);
-  if (s < 0)
-    return HOOP_ERROR(comm, HOOP_ERR_SYSTEM,
-                      "accept() while waiting for %s: %s", what,
-                      strerror(errno));
-  int one = 1;
-  setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  if (from != NULL)
-    hoop__addr_from_sockaddr((struct sockaddr *)&ss, from);
-  *fd = s;
-  return HOOP_SUCCESS;
 }
 
 hoop_result_t hoop__sock_send_all(struct hoop_comm *comm, int fd,

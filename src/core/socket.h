@@ -77,10 +77,11 @@ hoop_result_t hoop__sock_connect(struct hoop_comm *comm,
                                  long long deadline_ms, const char *peer,
                                  int *fd);
 
-/* Accepts one connection, waiting until deadline_ms at most. */
-hoop_result_t hoop__sock_accept(struct hoop_comm *comm, int listen_fd,
-                                long long deadline_ms, const char *what,
-                                int *fd, struct hoop_addr *from);
+/*
+ * Starts a non-blocking connect to addr: 0 with *fd connected or on its
+ * way (poll for POLLOUT, then SO_ERROR says how it went), else the errno.
+ */
+int hoop__sock_connect_start(const struct hoop_addr *addr, int *fd);
 
 /* Moves exactly len bytes, waiting until deadline_ms at most. */
 hoop_result_t hoop__sock_send_all(struct hoop_comm *comm, int fd,

@@ -105,6 +105,7 @@ bool hoop__reply_parse(const void *bytes, size_t len, struct hoop_reply *out,
     return refuse(why, why_len, "a reply with status %d", r.status);
   out->status = r.status;
   copy_text(out->message, sizeof out->message, r.message, sizeof r.message);
+  memcpy(out->session, r.session, sizeof out->session);
   return true;
 }
 
@@ -124,8 +125,9 @@ bool hoop__peer_table_parse(const void *bytes, size_t len, int32_t nranks,
 }
 
 bool hoop__handshake_parse(const void *bytes, size_t len, int32_t nranks,
-                           int32_t nsocks, struct hoop_handshake *out,
-                           char *why, size_t why_len) {
+                           int32_t channel_lo, int32_t channel_hi,
+                           struct hoop_handshake *out, char *why,
+                           size_t why_len) {
   struct hoop_handshake h;
   if (len != sizeof h)
     return refuse(why, why_len, "a handshake of %zu bytes, not %zu", len,
@@ -140,10 +142,9 @@ bool hoop__handshake_parse(const void *bytes, size_t len, int32_t nranks,
       h.from == h.to)
     return refuse(why, why_len, "a handshake from rank %d to rank %d of %d",
                   h.from, h.to, nranks);
-  if (h.channel != HOOP_NOTICE_CHANNEL &&
-      (h.channel < 0 || h.channel >= nsocks))
-    return refuse(why, why_len, "a handshake for channel %d of %d",
-                  h.channel, nsocks);
+  if (h.channel < channel_lo || h.channel > channel_hi)
+    return refuse(why, why_len, "a handshake for channel %d, not %d to %d",
+                  h.channel, channel_lo, channel_hi);
   *out = h;
   return true;
 }

@@ -19,7 +19,10 @@
 #include "core/peer.h"
 
 #define HOOP_WIRE_MAGIC 0x686f6f70u /* "hoop" */
-#define HOOP_WIRE_VERSION 2u
+#define HOOP_WIRE_VERSION 3u
+
+#define HOOP_AUTH_NONCE_BYTES 16
+#define HOOP_AUTH_MAC_BYTES 32
 
 /* A rank introducing itself to rank 0 at the rendezvous. */
 struct hoop_hello {
@@ -31,26 +34,47 @@ struct hoop_hello {
   struct hoop_peer_info info;
 };
 
-/* Rank 0's answer to a hello: HOOP_SUCCESS then the table, or why not. */
+/*
+ * Rank 0's answer to a hello: HOOP_SUCCESS and the communicator's session
+ * (auth.h), then the table; or why not.
+ */
 struct hoop_reply {
   int32_t status; /* hoop_result_t */
   char message[256];
+  uint8_t session[HOOP_AUTH_NONCE_BYTES];
 };
 
-/* The first bytes of every connection to a rank's data listener. */
+/*
+ * The first bytes of every connection between ranks (auth.h tells the
+ * exchange it opens): who dials whom, for what, and the dialler's nonce.
+ */
 struct hoop_handshake {
   uint32_t magic;
   uint32_t version;
   uint64_t comm_id;
   int32_t from;
   int32_t to;
-  int32_t channel; /* a data channel, or HOOP_NOTICE_CHANNEL */
+  int32_t channel; /* a data channel, or one of the two below */
   int32_t reserved;
+  uint8_t nonce[HOOP_AUTH_NONCE_BYTES];
 };
 
-/* The channel of a failure notice: the reason text follows. */
+/* A failure notice: its seal (auth.h) and reason text follow. */
 #define HOOP_NOTICE_CHANNEL (-1)
 #define HOOP_NOTICE_BYTES 512
+/* A rank joining through rank 0: its hello follows the proof. */
+#define HOOP_RENDEZVOUS_CHANNEL (-2)
+
+/* The acceptor's answer to a handshake. */
+struct hoop_auth_challenge {
+  uint8_t nonce[HOOP_AUTH_NONCE_BYTES];
+  uint8_t mac[HOOP_AUTH_MAC_BYTES];
+};
+
+/* The dialler's answer to the challenge. */
+struct hoop_auth_proof {
+  uint8_t mac[HOOP_AUTH_MAC_BYTES];
+};
 
 struct hoop_wire_header;
 
@@ -84,13 +108,14 @@ bool hoop__peer_table_parse(const void *bytes, size_t len, int32_t nranks,
                             size_t why_len);
 
 /*
- * A handshake for a communicator of `nranks` ranks and `nsocks` channels:
- * magic and version, 0 <= from, to < nranks, from != to, and a channel
- * below nsocks or HOOP_NOTICE_CHANNEL.
+ * A handshake for a communicator of `nranks` ranks: magic and version,
+ * 0 <= from, to < nranks, from != to, and channel_lo <= channel <=
+ * channel_hi (what the listener that read it takes).
  */
 bool hoop__handshake_parse(const void *bytes, size_t len, int32_t nranks,
-                           int32_t nsocks, struct hoop_handshake *out,
-                           char *why, size_t why_len);
+                           int32_t channel_lo, int32_t channel_hi,
+                           struct hoop_handshake *out, char *why,
+                           size_t why_len);
 
 /*
  * A notice's reason, as text safe to log: at most `len` bytes up to the

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -140,6 +141,29 @@ static int pick_free_port(const struct job *job)
 }
 
 /*
+ * Gives the job a secret of its own, unless the caller chose one (ranks of
+ * one job started by several hoop-runs share theirs): 256 random bits in
+ * hex, in the environment only, which other users cannot read, unlike a
+ * command line.
+ */
+static void export_job_secret(const struct job *job)
+{
+  unsigned char bits[32];
+  char hex[2 * sizeof bits + 1];
+  const char *token = getenv("HOOP_AUTH_TOKEN");
+  const char *file = getenv("HOOP_AUTH_TOKEN_FILE");
+
+  if ((token != NULL && token[0] != '\0') || (file != NULL && file[0] != '\0'))
+    return;
+  if (getrandom(bits, sizeof bits, 0) != (ssize_t)sizeof bits)
+    die(job, "cannot make the job's secret: getrandom: %s", strerror(errno));
+  for (size_t i = 0; i < sizeof bits; i++)
+    snprintf(hex + 2 * i, 3, "%02x", bits[i]);
+  if (setenv("HOOP_AUTH_TOKEN", hex, 1) != 0)
+    die(job, "cannot set the environment: %s", strerror(errno));
+}
+
+/*
  * Sets what all ranks share in hoop-run's own environment, for fork to pass
  * on.  Rank 0 listens at --root-addr if given, else at an inherited
  * HOOP_ROOT_ADDR (left as it is), else at a free port on this machine:
@@ -169,6 +193,7 @@ void export_job_env(const struct job *job)
       (job->opt->netns != NULL &&
        setenv("HOOP_SOCKET_IFNAME", NETSIM_IFNAME, 0) != 0))
     die(job, "cannot set the environment: %s", strerror(errno));
+  export_job_secret(job);
   /* Without labels the ranks write to our stderr itself, and can ask it. */
   if (job->opt->prefix &&
       (job->tty[STDERR_FILENO] ? setenv("HOOP_STDERR_TTY", "1", 1)
