@@ -13,6 +13,7 @@
 
 #include <dirent.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -20,6 +21,7 @@
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -51,17 +53,23 @@ void expect_sum(RankLog &log, hoop_comm_t comm, int rank, int nranks) {
 }
 
 // Connects to `addr` (a rendezvous or data listener), retrying while
-// nobody listens yet; -1 when nobody does within 10 s.
+// nobody listens yet; -1 when nobody does within 10 s, or when a listener
+// that no longer accepts leaves the connection hanging for 2 s.
 int connect_to(const hoop_addr &addr) {
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(addr.port);
   memcpy(&a.sin_addr, addr.ip, 4);
+  timeval limit = {2, 0};
   for (int tries = 0; tries < 1000; tries++) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
     if (connect(fd, (sockaddr *)&a, sizeof a) == 0)
       return fd;
+    int err = errno;
     close(fd);
+    if (err != ECONNREFUSED)
+      return -1;
     usleep(10000);
   }
   return -1;
@@ -295,6 +303,100 @@ bool replay(const hoop_addr &addr, const std::vector<std::string> &chunks) {
   open = open && !closes_within(fd, 3500);
   close(fd);
   return open;
+}
+
+// A job whose ranks join, tell the test so, and wait for its word before
+// they run `work`: what the test does in between meets a formed job.
+class Formed {
+ public:
+  using Work = std::function<void(RankLog &, hoop_comm_t, int rank)>;
+  Formed(const hoop_unique_id_t &id, int nranks, const Work &work) {
+    for (int r = 0; r < nranks; r++) {
+      int ready[2], go[2];
+      if (pipe(ready) != 0 || pipe(go) != 0)
+        return;
+      fflush(stdout);
+      fflush(stderr);
+      pid_t pid = fork();
+      if (pid == 0) {
+        RankLog log(r);
+        hoop_config_t cfg = HOOP_CONFIG_INIT;
+        cfg.timeout_ms = 10000;
+        hoop_comm_t comm;
+        if (hoop_comm_init_rank(&comm, nranks, &id, r, &cfg) != HOOP_SUCCESS)
+          _exit(3);
+        char byte = 1;
+        if (write(ready[1], &byte, 1) != 1 || read(go[0], &byte, 1) != 1)
+          _exit(4);
+        work(log, comm, r);
+        hoop_comm_destroy(comm);
+        _exit(log.ok() ? 0 : 1);
+      }
+      close(ready[1]);
+      close(go[0]);
+      pids_.push_back(pid);
+      ready_.push_back(ready[0]);
+      go_.push_back(go[1]);
+    }
+  }
+  ~Formed() {
+    for (int fd : ready_)
+      close(fd);
+    for (int fd : go_)
+      close(fd);
+  }
+  // Whether every rank joined within 20 s.
+  bool joined() {
+    for (int fd : ready_) {
+      pollfd p = {fd, POLLIN, 0};
+      char byte;
+      if (poll(&p, 1, 20000) != 1 || read(fd, &byte, 1) != 1)
+        return false;
+    }
+    return true;
+  }
+  pid_t pid(int rank) const { return pids_[(size_t)rank]; }
+  // Lets the ranks run their work; their exit codes.
+  std::vector<int> run() {
+    char byte = 1;
+    for (int fd : go_)
+      EXPECT_EQ(write(fd, &byte, 1), 1);
+    std::vector<int> codes;
+    for (pid_t pid : pids_)
+      codes.push_back(exit_code(pid));
+    return codes;
+  }
+
+ private:
+  std::vector<pid_t> pids_;
+  std::vector<int> ready_, go_;
+};
+
+// An all-reduce that rank 0 enters late, so that rank 1 sleeps in poll()
+// meanwhile and serves its listener; it must be right and quick.
+void late_sum(RankLog &log, hoop_comm_t comm, int rank) {
+  if (rank == 0)
+    usleep(300000);
+  auto start = std::chrono::steady_clock::now();
+  expect_sum(log, comm, rank, 2);
+  double secs = std::chrono::duration<double>(
+                    std::chrono::steady_clock::now() - start)
+                    .count();
+  RANK_EXPECT(log, secs < 2.5, "the all-reduce took %.1f s", secs);
+  RANK_EXPECT(log, strstr(hoop_comm_last_error(comm), "stranger") == nullptr,
+              "last error: %s", hoop_comm_last_error(comm));
+}
+
+// Open descriptors of process `pid`.
+int count_fds(pid_t pid) {
+  int n = 0;
+  std::string dir = "/proc/" + std::to_string(pid) + "/fd";
+  if (DIR *d = opendir(dir.c_str())) {
+    for (struct dirent *e; (e = readdir(d)) != nullptr;)
+      n += e->d_name[0] != '.';
+    closedir(d);
+  }
+  return n;
 }
 
 } // namespace
@@ -647,3 +749,107 @@ TEST(Auth, HoopRunMakesEachJobASecret) {
                                " -n 1 sh -c 'echo $HOOP_AUTH_TOKEN'");
   EXPECT_NE(kept.text.find(kTestToken), std::string::npos) << kept.text;
 }
+
+// Idle connections to a rank's data port were read one at a time, each
+// for up to a second, inside the next call that looked for failure
+// notices: 20 of them stalled an all-reduce for 20 s and the job failed,
+// blaming healthy ranks.  Now they cost the call nothing.
+TEST(Flood, IdleConnectionsOnADataPortDoNotStallACall) {
+  hoop_unique_id_t id;
+  ASSERT_EQ(hoop_get_unique_id(&id), HOOP_SUCCESS);
+  hoop_uid uid = parse_id(id);
+  Formed job(id, 2, late_sum);
+  ASSERT_TRUE(job.joined());
+  hoop_addr data = uid.root;
+  data.port = (uint16_t)data_port(job.pid(1));
+  ASSERT_NE(data.port, 0);
+  std::vector<int> idle;
+  for (int i = 0; i < 20; i++)
+    idle.push_back(connect_to(data));
+  ASSERT_EQ(write(idle[0], "hoop", 4), 4); // and one that stops short
+  for (int code : job.run())
+    EXPECT_EQ(code, 0);
+  for (int fd : idle)
+    close(fd);
+}
+
+// A flood of handshakes that look right (this job's id, a real rank) but
+// never prove themselves, and some that name ranks far out of range, at
+// the rendezvous while rank 0 waits for the others.  Rank 0 once kept
+// every one open (descriptors 7 to 1,207); now it keeps a bounded number,
+// and the ranks that come after the flood join at once.
+TEST(Flood, HandshakesThatNeverProveThemselvesAreNotKept) {
+  rlimit lim;
+  getrlimit(RLIMIT_NOFILE, &lim);
+  lim.rlim_cur = std::min<rlim_t>(lim.rlim_max, 4096);
+  setrlimit(RLIMIT_NOFILE, &lim);
+  const int strangers = (int)std::min<rlim_t>(1200, lim.rlim_cur - 300);
+  hoop_unique_id_t id;
+  ASSERT_EQ(hoop_get_unique_id(&id), HOOP_SUCCESS);
+  hoop_uid uid = parse_id(id);
+  pid_t rank0 = fork_rank(id, 0, 3);
+  std::vector<int> fds;
+  for (int i = 0; i < strangers; i++) {
+    int fd = connect_to(uid.root);
+    ASSERT_GE(fd, 0) << "connection " << i;
+    hoop_handshake hs;
+    int from = i % 100 == 0 ? (1 << 30) - 1 : 1;
+    hoop__auth_handshake(uid.comm_id, from, 0, HOOP_RENDEZVOUS_CHANNEL, &hs);
+    EXPECT_EQ(write(fd, &hs, sizeof hs), (ssize_t)sizeof hs);
+    fds.push_back(fd);
+  }
+  usleep(300000); // rank 0 reads the last ones
+  EXPECT_LT(count_fds(rank0), 200) << "rank 0 kept the strangers' sockets";
+  auto start = std::chrono::steady_clock::now();
+  pid_t rank1 = fork_rank(id, 1, 3), rank2 = fork_rank(id, 2, 3);
+  EXPECT_EQ(exit_code(rank1), 0);
+  EXPECT_EQ(exit_code(rank2), 0);
+  double secs = std::chrono::duration<double>(
+                    std::chrono::steady_clock::now() - start)
+                    .count();
+  EXPECT_EQ(exit_code(rank0), 0);
+  EXPECT_LT(secs, 3.0) << "joining after the flood";
+  for (int fd : fds)
+    close(fd);
+}
+
+// A stranger sends rank 1 a failure notice in rank 0's name: once the job
+// broke with the stranger's text.  Its seal is made up, or is a real one
+// from another communicator of the same job (the same secret: a run before
+// this one), whose session differs.  Both are ignored and the sum is right.
+class Notice : public ::testing::TestWithParam<bool> {};
+
+TEST_P(Notice, ForgedFailureNoticeIsIgnored) {
+  bool other_session = GetParam();
+  hoop_unique_id_t id;
+  ASSERT_EQ(hoop_get_unique_id(&id), HOOP_SUCCESS);
+  hoop_uid uid = parse_id(id);
+  Formed job(id, 2, late_sum);
+  ASSERT_TRUE(job.joined());
+  hoop_addr data = uid.root;
+  data.port = (uint16_t)data_port(job.pid(1));
+  ASSERT_NE(data.port, 0);
+  int fd = connect_to(data);
+  ASSERT_GE(fd, 0);
+  hoop_handshake hs;
+  ASSERT_EQ(hoop__auth_handshake(uid.comm_id, 0, 1, HOOP_NOTICE_CHANNEL, &hs),
+            HOOP_SUCCESS);
+  char text[HOOP_NOTICE_BYTES] = "a stranger says rank 0 failed";
+  uint8_t seal[HOOP_AUTH_MAC_BYTES], session[HOOP_AUTH_NONCE_BYTES];
+  ASSERT_EQ(hoop__auth_random(seal, sizeof seal), HOOP_SUCCESS);
+  ASSERT_EQ(hoop__auth_random(session, sizeof session), HOOP_SUCCESS);
+  if (other_session)
+    hoop__auth_seal(&uid.key, &hs, session, text, sizeof text, seal);
+  ASSERT_EQ(write(fd, &hs, sizeof hs), (ssize_t)sizeof hs);
+  ASSERT_EQ(write(fd, seal, sizeof seal), (ssize_t)sizeof seal);
+  ASSERT_EQ(write(fd, text, sizeof text), (ssize_t)sizeof text);
+  for (int code : job.run())
+    EXPECT_EQ(code, 0);
+  close(fd);
+}
+
+INSTANTIATE_TEST_SUITE_P(Seals, Notice, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool> &p) {
+                           return std::string(p.param ? "from_another_session"
+                                                      : "made_up");
+                         });

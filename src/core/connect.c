@@ -68,11 +68,17 @@ static hoop_result_t await_readable(struct hoop_comm *comm, int fd,
   return res;
 }
 
-hoop_result_t hoop__comm_dial(struct hoop_comm *comm,
-                              const struct hoop_addr *addr, int32_t to,
-                              int32_t channel, long long deadline,
-                              const char *desc, int *out) {
+/*
+ * One connection and handshake; *challenged says whether the acceptor got
+ * as far as its challenge.
+ */
+static hoop_result_t dial_once(struct hoop_comm *comm,
+                               const struct hoop_addr *addr, int32_t to,
+                               int32_t channel, long long deadline,
+                               const char *desc, int *out,
+                               bool *challenged) {
   int fd;
+  *challenged = false;
   HOOP_CHECK(hoop__sock_connect(comm, addr, deadline, desc, &fd));
   struct hoop_handshake hs;
   struct hoop_auth_challenge ch;
@@ -85,6 +91,7 @@ hoop_result_t hoop__comm_dial(struct hoop_comm *comm,
     res = await_readable(comm, fd, deadline, desc, "its challenge");
   if (res == HOOP_SUCCESS)
     res = hoop__sock_recv_all(comm, fd, &ch, sizeof ch, deadline, desc);
+  *challenged = res == HOOP_SUCCESS;
   if (res == HOOP_SUCCESS && !hoop__auth_check_challenge(&comm->auth_key,
                                                          &hs, &ch))
     res = HOOP_ERROR(comm, HOOP_ERR_MISMATCH,
@@ -103,6 +110,30 @@ hoop_result_t hoop__comm_dial(struct hoop_comm *comm,
   }
   *out = fd;
   return HOOP_SUCCESS;
+}
+
+/*
+ * Tries of a dial whose acceptor closed before its challenge: a flood of
+ * strangers may have pushed the connection out of the listener's table
+ * (listener.c), and a new one gets in.
+ */
+#define DIAL_TRIES 3
+
+hoop_result_t hoop__comm_dial(struct hoop_comm *comm,
+                              const struct hoop_addr *addr, int32_t to,
+                              int32_t channel, long long deadline,
+                              const char *desc, int *out) {
+  for (int tries = 1;; tries++) {
+    bool challenged;
+    hoop_result_t res =
+        dial_once(comm, addr, to, channel, deadline, desc, out, &challenged);
+    if (res != HOOP_ERR_REMOTE || challenged || tries == DIAL_TRIES ||
+        hoop__now_ms() >= deadline)
+      return res;
+    HOOP_INFO("rank %d: %s closed the connection before its challenge; "
+              "dialling again",
+              comm->rank, desc);
+  }
 }
 
 /* Dials `peer` for a data channel and waits for it to take the socket. */
