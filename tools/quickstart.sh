@@ -28,9 +28,11 @@ packages=(build-essential cmake ninja-build pkg-config libgtest-dev
           python3-matplotlib)
 # The tests also check that hoop programs run unchanged under Open MPI's
 # mpirun (which needs its headers for the MPI peer bench) and PyTorch's
-# torchrun, and build emulated hosts with network namespaces (ip, tc, ping).
+# torchrun, build emulated hosts with network namespaces (ip, tc, ping),
+# and fuzz the parsers with clang's libFuzzer.
 [ "$mode" = test ] && packages+=(openmpi-bin libopenmpi-dev python3-torch
-                                 iproute2 iputils-ping procps)
+                                 iproute2 iputils-ping procps clang
+                                 libclang-rt-dev)
 
 install_missing() {
   local missing=()

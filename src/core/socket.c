@@ -2,6 +2,7 @@
 #include "core/socket.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
@@ -61,29 +62,39 @@ void hoop__addr_from_sockaddr(const struct sockaddr *sa,
   }
 }
 
-hoop_result_t hoop__addr_parse(const char *text, struct hoop_addr *addr) {
-  char host[256];
+hoop_result_t hoop__addr_split(const char *text, char *host, size_t cap,
+                               uint16_t *port) {
   const char *colon = strrchr(text, ':');
   if (colon == NULL || colon == text || colon[1] == '\0')
     return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
                       "address \"%s\" is not host:port", text);
   const char *start = text;
   size_t hlen = (size_t)(colon - text);
-  if (text[0] == '[' && colon[-1] == ']') {
+  if (text[0] == '[' && hlen >= 2 && colon[-1] == ']') {
     start = text + 1;
     hlen -= 2;
   }
-  if (hlen >= sizeof host)
+  if (hlen == 0 || hlen >= cap)
     return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
-                      "host name in \"%s\" is too long", text);
+                      "host name in \"%s\" is empty or too long", text);
   memcpy(host, start, hlen);
   host[hlen] = '\0';
   char *end;
-  long port = strtol(colon + 1, &end, 10);
-  if (*end != '\0' || port < 0 || port > 65535)
+  errno = 0;
+  long v = strtol(colon + 1, &end, 10);
+  if (errno != 0 || *end != '\0' || v < 0 || v > 65535 ||
+      !isdigit((unsigned char)colon[1]))
     return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
                       "port in address \"%s\" is not a number 0-65535",
                       text);
+  *port = (uint16_t)v;
+  return HOOP_SUCCESS;
+}
+
+hoop_result_t hoop__addr_parse(const char *text, struct hoop_addr *addr) {
+  char host[256];
+  uint16_t port;
+  HOOP_CHECK(hoop__addr_split(text, host, sizeof host, &port));
   struct addrinfo hints = {.ai_family = AF_UNSPEC,
                            .ai_socktype = SOCK_STREAM};
   struct addrinfo *res = NULL;
@@ -101,7 +112,7 @@ hoop_result_t hoop__addr_parse(const char *text, struct hoop_addr *addr) {
     }
   }
   hoop__addr_from_sockaddr(pick->ai_addr, addr);
-  addr->port = (uint16_t)port;
+  addr->port = port;
   freeaddrinfo(res);
   return HOOP_SUCCESS;
 }

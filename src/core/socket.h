@@ -33,6 +33,14 @@ void hoop__addr_to_sockaddr(const struct hoop_addr *addr,
                             struct sockaddr_storage *ss, socklen_t *len);
 void hoop__addr_from_sockaddr(const struct sockaddr *sa, struct hoop_addr *addr);
 
+/*
+ * Splits "host:port" or "[v6]:port" into a host of at most cap - 1
+ * characters, not empty, and a port of 0-65535 in decimal digits; looks
+ * nothing up.
+ */
+hoop_result_t hoop__addr_split(const char *text, char *host, size_t cap,
+                               uint16_t *port);
+
 /* Parses "host:port" or "[v6]:port"; the host may be a name. */
 hoop_result_t hoop__addr_parse(const char *text, struct hoop_addr *addr);
 
