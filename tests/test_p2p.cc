@@ -40,8 +40,10 @@ struct Outgoing {
     copy.assign(buf.data(), buf.data() + bytes);
   }
   bool unchanged() {
+    // An empty vector's data() may be NULL, which memcmp must not get.
     return buf.guards_intact() &&
-           memcmp(buf.data(), copy.data(), copy.size()) == 0;
+           (copy.empty() ||
+            memcmp(buf.data(), copy.data(), copy.size()) == 0);
   }
   Guarded buf;
   std::vector<char> copy;

@@ -22,7 +22,6 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
-#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -735,12 +734,17 @@ TEST(Auth, HoopRunMakesEachJobASecret) {
                     " -n 2 sh -c 'echo token=$HOOP_AUTH_TOKEN'";
   ShellOutput a = run_shell(cmd), b = run_shell(cmd);
   ASSERT_EQ(a.status, 0) << a.text;
-  std::regex line("\\[(\\d)\\] token=([0-9a-f]{64})\n");
   std::vector<std::string> tokens;
-  for (const ShellOutput *o : {&a, &b})
-    for (std::sregex_iterator it(o->text.begin(), o->text.end(), line), end;
-         it != end; ++it)
-      tokens.push_back((*it)[2]);
+  for (const ShellOutput *o : {&a, &b}) {
+    std::istringstream lines(o->text);
+    for (std::string line; std::getline(lines, line);) {
+      size_t at = line.find("] token=");
+      std::string token = at == std::string::npos ? "" : line.substr(at + 8);
+      if (token.size() == 64 &&
+          token.find_first_not_of("0123456789abcdef") == std::string::npos)
+        tokens.push_back(token);
+    }
+  }
   ASSERT_EQ(tokens.size(), 4u) << a.text << b.text;
   EXPECT_EQ(tokens[0], tokens[1]) << "the ranks of one job differ";
   EXPECT_NE(tokens[0], tokens[2]) << "two jobs had the same secret";

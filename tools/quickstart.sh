@@ -4,7 +4,9 @@
 #   tools/quickstart.sh demo   install what is missing, build, run the
 #                              all-reduce bench on 4 local ranks
 #   tools/quickstart.sh test   install what is missing, build with warnings
-#                              as errors, run the whole test suite
+#                              as errors, run the whole test suite (the
+#                              fuzz targets for 60 s each among it), then
+#                              a subset again under ASan and UBSan
 # BUILD_DIR (default build) chooses the build directory.
 set -euo pipefail
 
@@ -61,6 +63,28 @@ configure_and_build() {
   cmake --build "$build"
 }
 
+# The suites that reach every transport (shm, and tcp again under the
+# "tcp." prefix), the set-up and its attacks, and the error paths, with a
+# few collectives of every kind, built again with AddressSanitizer and
+# UBSan, where any report fails the test.
+sanitized_suites=(test_security test_wire test_errors test_bootstrap test_shm
+                  test_p2p test_collectives)
+sanitized_cases='^(tcp\.)?(Auth|Malformed|Flood|Seals|Transports|Wire|Errors'
+sanitized_cases+='|P2PErrors|Bootstrap|SocketIfname|Shm|Slots|Topology'
+sanitized_cases+='|Ranks/AllToAll|Ranks/Groups|Ranks/Blocking'
+sanitized_cases+='|Ranks/Collectives\.EveryDtypeOpSizeAndPlacementMatchesReference'
+sanitized_cases+='/(3ranks_smallslices_3socks|4ranks_default))'
+
+test_sanitized() {
+  local asan=$build-asan
+  cmake -S "$root" -B "$asan" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DHOOP_WERROR=ON -DHOOP_SANITIZE=ON -DHOOP_ENABLE_CUDA=OFF \
+    -DHOOP_FUZZ_SECONDS=0
+  cmake --build "$asan" --target "${sanitized_suites[@]}"
+  (cd "$asan" && UBSAN_OPTIONS=print_stacktrace=1 \
+    ctest --output-on-failure --timeout 300 -j 2 -R "$sanitized_cases")
+}
+
 install_missing
 case "$mode" in
 demo)
@@ -70,7 +94,7 @@ demo)
   ;;
 test)
   configure_and_build -DHOOP_WERROR=ON
-  cd "$build"
-  ctest --output-on-failure --timeout 900 -j 2
+  (cd "$build" && ctest --output-on-failure --timeout 900 -j 2)
+  test_sanitized
   ;;
 esac

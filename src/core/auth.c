@@ -84,7 +84,8 @@ static void mac(const struct hoop_auth_key *key, const char *role,
   p += HOOP_AUTH_NONCE_BYTES;
   if (text_len > HOOP_NOTICE_BYTES)
     text_len = HOOP_NOTICE_BYTES;
-  memcpy(p, text, text_len);
+  if (text_len > 0)
+    memcpy(p, text, text_len);
   p += text_len;
   unsigned int len = HOOP_AUTH_MAC_BYTES;
   HMAC(EVP_sha256(), key->bytes, sizeof key->bytes, msg, (size_t)(p - msg),
