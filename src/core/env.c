@@ -146,7 +146,8 @@ static hoop_result_t read_root(struct launch_env *le) {
  */
 static hoop_result_t read_token_file(const char *path, char *token,
                                      size_t cap) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  /* Non-blocking: a FIFO put in the file's place must not hang the rank. */
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
   if (fd < 0)
     return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
                       "HOOP_AUTH_TOKEN_FILE=%s: %s", path, strerror(errno));
