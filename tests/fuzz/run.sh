@@ -72,6 +72,7 @@ for t in "${targets[@]}"; do
   mkdir -p "$work" "$crashes"
   cp -n "$root/tests/fuzz/corpus/$t"/* "$work/" 2>/dev/null || true
   log=$dir/$t.log
+  found=$(ls -A "$crashes" | wc -l)
   if "$dir/tests/fuzz/$t" -max_total_time="$seconds" -timeout=10 \
        -rss_limit_mb=2048 -print_final_stats=1 \
        -artifact_prefix="$crashes/" "$work" >"$log" 2>&1; then
@@ -79,9 +80,13 @@ for t in "${targets[@]}"; do
     cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1)
     echo "fuzz: $t: ${seconds} s, ${runs:-?} runs, ${cov:-cov: ?}," \
          "$(ls "$work" | wc -l) inputs in its corpus, no crash"
-  else
+  elif [ "$(ls -A "$crashes" | wc -l)" -gt "$found" ]; then
     echo "fuzz: $t: CRASHED; input kept in $crashes; log $log"
     tail -40 "$log"
+    status=1
+  else
+    echo "fuzz: $t: stopped before its time, without a crash; log $log"
+    tail -5 "$log"
     status=1
   fi
 done
