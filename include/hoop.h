@@ -178,6 +178,13 @@ HOOP_API const char *hoop_last_error(void);
 HOOP_API hoop_result_t hoop_get_unique_id(hoop_unique_id_t *id);
 
 /*
+ * Gives up an id that will not be used after all: the process that made it
+ * stops listening for it.  Ids that a communicator was made from need no
+ * release; elsewhere it does nothing.
+ */
+HOOP_API hoop_result_t hoop_unique_id_release(const hoop_unique_id_t *id);
+
+/*
  * Joins communicator `id` as `rank` of `nranks`.  Blocks until every rank
  * has joined, or fails after the timeout naming the ranks that never came.
  * `config` may be NULL.

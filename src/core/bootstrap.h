@@ -31,6 +31,9 @@ struct hoop_uid {
 hoop_result_t hoop__uid_create(const struct hoop_addr *root,
                                uint64_t comm_id, struct hoop_uid *uid);
 
+/* Closes the listener kept for `comm_id`, if this process holds it. */
+void hoop__uid_release(uint64_t comm_id);
+
 /* Reads and checks the id a user handed in. */
 hoop_result_t hoop__uid_parse(const hoop_unique_id_t *id,
                               struct hoop_uid *uid);
