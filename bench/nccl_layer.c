@@ -7,7 +7,8 @@
  * the median over iterations.  Prints, per size, both medians and the
  * ratio NCCL/hoop with the spread of the per-round ratios.
  *   hoop-run -n 2 nccl-layer [-b 4K] [-b 64M] [-r rounds] [-n iters]
- * Host buffers; with -m device (a CUDA build on a GPU) device buffers.
+ * Host buffers; with -m cuda (a CUDA build on a GPU) device buffers, each
+ * call timed to its stream's completion.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <nccl.h>
@@ -18,6 +19,11 @@
 #include <unistd.h>
 
 #include "hoop.h"
+#if NCCL_LAYER_CUDA
+#include <cuda_runtime.h>
+#endif
+
+static int on_device; /* -m cuda */
 
 static double now_s(void) {
   struct timespec ts;
@@ -71,6 +77,10 @@ static double timed(hoop_comm_t hc, ncclComm_t nc, float *buf, size_t count) {
     NCCL_OK(ncclAllReduce(buf, buf, count, ncclFloat, ncclSum, nc, NULL));
   else
     HOOP_OK(hoop_allreduce(hc, buf, buf, count, HOOP_F32, HOOP_SUM, NULL));
+#if NCCL_LAYER_CUDA
+  if (on_device && cudaStreamSynchronize(NULL) != cudaSuccess)
+    die("cudaStreamSynchronize", cudaGetErrorString(cudaGetLastError()));
+#endif
   double t = now_s() - t0;
   HOOP_OK(hoop_allreduce(hc, &t, &t, 1, HOOP_F64, HOOP_MAX, NULL));
   return t;
@@ -80,8 +90,17 @@ int main(int argc, char **argv) {
   size_t sizes[8];
   int nsizes = 0, rounds = 9, iters = 40;
   int opt;
-  while ((opt = getopt(argc, argv, "b:r:n:")) != -1) {
+  while ((opt = getopt(argc, argv, "b:r:n:m:")) != -1) {
     switch (opt) {
+    case 'm':
+      on_device = strcmp(optarg, "cuda") == 0;
+      if (!on_device && strcmp(optarg, "host") != 0)
+        die("-m", "host or cuda");
+#if !NCCL_LAYER_CUDA
+      if (on_device)
+        die("-m cuda", "this build has no CUDA");
+#endif
+      break;
     case 'b':
       if (nsizes < 8)
         sizes[nsizes++] = parse_size(optarg);
@@ -93,7 +112,7 @@ int main(int argc, char **argv) {
       iters = atoi(optarg);
       break;
     default:
-      fprintf(stderr, "usage: %s [-b bytes]... [-r rounds] [-n iters]\n",
+      fprintf(stderr, "usage: %s [-b bytes]... [-r rounds] [-n iters] [-m host|cuda]\n",
               argv[0]);
       return 2;
     }
@@ -118,27 +137,41 @@ int main(int argc, char **argv) {
   NCCL_OK(ncclCommInitRank(&nc, nranks, id, rank));
 
   if (rank == 0)
-    printf("# nccl-layer: %d ranks, float32 sum all-reduce, host buffers, "
+    printf("# nccl-layer: %d ranks, float32 sum all-reduce, %s buffers, "
            "%d rounds x %d iterations per API, interleaved\n"
            "# %10s %12s %12s %8s %8s %8s\n",
-           nranks, rounds, iters, "bytes", "hoop_us", "nccl_us", "ratio",
+           nranks, on_device ? "cuda" : "host", rounds, iters, "bytes", "hoop_us", "nccl_us", "ratio",
            "min", "max");
   for (int s = 0; s < nsizes; s++) {
     size_t count = sizes[s] / sizeof(float);
-    float *buf = malloc(count * sizeof(float) + 1);
+    float *host = malloc(count * sizeof(float) + 1);
+    float *buf = host;
     double *times = malloc(sizeof *times * (size_t)iters);
     double *hoop_med = malloc(sizeof *hoop_med * (size_t)rounds);
     double *nccl_med = malloc(sizeof *nccl_med * (size_t)rounds);
     double *ratio = malloc(sizeof *ratio * (size_t)rounds);
-    if (buf == NULL || times == NULL || hoop_med == NULL ||
+    if (host == NULL || times == NULL || hoop_med == NULL ||
         nccl_med == NULL || ratio == NULL)
       die("malloc", "out of memory");
     /* Checked once: rank r adds r+1. */
     for (size_t i = 0; i < count; i++)
-      buf[i] = (float)(rank + 1);
+      host[i] = (float)(rank + 1);
+#if NCCL_LAYER_CUDA
+    if (on_device) {
+      if (cudaMalloc((void **)&buf, count * sizeof(float) + 1) != cudaSuccess ||
+          cudaMemcpy(buf, host, count * sizeof(float),
+                     cudaMemcpyHostToDevice) != cudaSuccess)
+        die("cudaMalloc", cudaGetErrorString(cudaGetLastError()));
+    }
+#endif
     NCCL_OK(ncclAllReduce(buf, buf, count, ncclFloat, ncclSum, nc, NULL));
+#if NCCL_LAYER_CUDA
+    if (on_device && cudaMemcpy(host, buf, count * sizeof(float),
+                                cudaMemcpyDeviceToHost) != cudaSuccess)
+      die("cudaMemcpy", cudaGetErrorString(cudaGetLastError()));
+#endif
     for (size_t i = 0; i < count; i++)
-      if (buf[i] != (float)(nranks * (nranks + 1) / 2))
+      if (host[i] != (float)(nranks * (nranks + 1) / 2))
         die("check", "the NCCL API's all-reduce gave a wrong sum");
     for (int w = 0; w < 5; w++) {
       timed(hc, NULL, buf, count);
@@ -159,7 +192,11 @@ int main(int argc, char **argv) {
     if (rank == 0)
       printf("  %10zu %12.2f %12.2f %8.3f %8.3f %8.3f\n", sizes[s], h * 1e6,
              n * 1e6, rmed, ratio[0], ratio[rounds - 1]);
-    free(buf);
+#if NCCL_LAYER_CUDA
+    if (on_device)
+      cudaFree(buf);
+#endif
+    free(host);
     free(times);
     free(hoop_med);
     free(nccl_med);
