@@ -19,6 +19,11 @@ ncclResult_t nccl__error(ncclResult_t result, const char *fmt, ...) {
   return result;
 }
 
+ncclResult_t nccl__pass_error(ncclResult_t result, const char *text) {
+  snprintf(last_error, sizeof last_error, "%s", text);
+  return result;
+}
+
 static ncclResult_t map_result(hoop_result_t res) {
   switch (res) {
   case HOOP_SUCCESS:

@@ -105,6 +105,17 @@ static struct share *split_by_comm(struct nccl_call *calls, int n,
 }
 
 static ncclResult_t run_group(struct nccl_call *calls, int n) {
+  /* The common group (PyTorch wraps each call in one) has one comm. */
+  int same = 1;
+  while (same < n && calls[same].comm == calls[0].comm)
+    same++;
+  if (same == n) {
+    struct share one = {.comm = calls[0].comm, .calls = calls, .n = n};
+    run_share(&one);
+    return one.result == ncclSuccess
+               ? ncclSuccess
+               : nccl__pass_error(one.result, one.error);
+  }
   int k = 0;
   struct share *shares = split_by_comm(calls, n, &k);
   if (shares == NULL)
@@ -124,7 +135,7 @@ static ncclResult_t run_group(struct nccl_call *calls, int n) {
   ncclResult_t r = ncclSuccess;
   for (int j = 0; j < k && r == ncclSuccess; j++)
     if (shares[j].result != ncclSuccess)
-      r = nccl__error(shares[j].result, "%s", shares[j].error);
+      r = nccl__pass_error(shares[j].result, shares[j].error);
   free(shares[0].calls);
   free(shares);
   return r;

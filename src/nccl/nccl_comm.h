@@ -73,6 +73,8 @@ struct ncclComm {
 /* Records `fmt` as this thread's last error and returns `result`. */
 ncclResult_t nccl__error(ncclResult_t result, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* Makes another thread's error, already logged there, this thread's. */
+ncclResult_t nccl__pass_error(ncclResult_t result, const char *text);
 /* Maps a failed hoop call onto NCCL's codes, keeping hoop's message. */
 ncclResult_t nccl__from_hoop(ncclComm_t comm, hoop_result_t res);
 const char *nccl__last_error(void);
