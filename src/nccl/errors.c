@@ -99,8 +99,9 @@ NCCL_EXPORT const char *pncclGetLastError(ncclComm_t comm) {
     return last_error;
   const char *text = last_error;
   pthread_mutex_lock(&comm->lock);
-  if (comm->hc != NULL)
-    text = hoop_comm_last_error(comm->hc);
+  hoop_comm_t hc = LOAD(comm->hc);
+  if (hc != NULL)
+    text = hoop_comm_last_error(hc);
   pthread_mutex_unlock(&comm->lock);
   return text;
 }

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "nccl/nccl_comm.h"
 
@@ -31,7 +32,7 @@ static ncclComm_t comm_new(int nranks, int rank, const ncclConfig_t *cfg) {
     snprintf(c->name, sizeof c->name, "%s", cfg->commName);
   pthread_mutex_init(&c->lock, NULL);
   pthread_cond_init(&c->changed, NULL);
-  c->state = NCCL_COMM_INITIALIZING;
+  c->state = NCCL_COMM_INITIALIZING; /* not yet shared */
   return c;
 }
 
@@ -51,9 +52,40 @@ static void comm_free(ncclComm_t c) {
   free(c);
 }
 
+/*
+ * Waits, without the lock, until no call is inside.  A call leaves with a
+ * single decrement and never touches the struct after it, so polling is
+ * what lets the struct be freed at once; destroy is rare.
+ */
 static void wait_idle(ncclComm_t c) {
-  while (c->busy > 0)
-    pthread_cond_wait(&c->changed, &c->lock);
+  while (LOAD(c->busy) > 0)
+    usleep(100);
+}
+
+static void set_state(ncclComm_t c, enum nccl_state s) { STORE(c->state, (int)s); }
+
+/* The slow way in: a background init to wait for, or a refusal. */
+static ncclResult_t enter_slowly(ncclComm_t comm, const char *what) {
+  pthread_mutex_lock(&comm->lock);
+  while (LOAD(comm->state) == NCCL_COMM_INITIALIZING && !LOAD(comm->freeing))
+    pthread_cond_wait(&comm->changed, &comm->lock);
+  ncclResult_t r = ncclSuccess;
+  int state = LOAD(comm->state);
+  if (LOAD(comm->freeing))
+    r = nccl__error(ncclInvalidUsage,
+                    "%s: the communicator is being destroyed or aborted",
+                    what);
+  else if (state == NCCL_COMM_FAILED)
+    r = nccl__error(comm->init_result == ncclSuccess ? ncclInvalidUsage
+                                                     : comm->init_result,
+                    "%s: the communicator's initialisation failed", what);
+  else if (state == NCCL_COMM_REVOKED)
+    r = nccl__error(ncclInvalidUsage,
+                    "%s: the communicator was revoked (ncclCommRevoke or a "
+                    "shrink with NCCL_SHRINK_ABORT); shrink or destroy it",
+                    what);
+  pthread_mutex_unlock(&comm->lock);
+  return r;
 }
 
 ncclResult_t nccl__enter(ncclComm_t comm, const char *what,
@@ -62,41 +94,21 @@ ncclResult_t nccl__enter(ncclComm_t comm, const char *what,
     return nccl__error(ncclInvalidArgument, "%s: %s", what,
                        comm == NULL ? "communicator is NULL"
                                     : "not a communicator (freed?)");
-  pthread_mutex_lock(&comm->lock);
-  if (comm->freeing) {
-    pthread_mutex_unlock(&comm->lock);
-    return nccl__error(ncclInvalidUsage,
-                       "%s: the communicator is being destroyed or aborted",
-                       what);
+  __atomic_add_fetch(&comm->busy, 1, __ATOMIC_SEQ_CST);
+  if (LOAD(comm->state) != NCCL_COMM_READY || LOAD(comm->freeing)) {
+    ncclResult_t r = enter_slowly(comm, what);
+    if (r != ncclSuccess) {
+      __atomic_sub_fetch(&comm->busy, 1, __ATOMIC_SEQ_CST);
+      return r;
+    }
   }
-  comm->busy++;
-  while (comm->state == NCCL_COMM_INITIALIZING)
-    pthread_cond_wait(&comm->changed, &comm->lock);
-  ncclResult_t r = ncclSuccess;
-  if (comm->state == NCCL_COMM_FAILED)
-    r = nccl__error(comm->init_result == ncclSuccess ? ncclInvalidUsage
-                                                     : comm->init_result,
-                    "%s: the communicator's initialisation failed", what);
-  else if (comm->state == NCCL_COMM_REVOKED)
-    r = nccl__error(ncclInvalidUsage,
-                    "%s: the communicator was revoked (ncclCommRevoke or a "
-                    "shrink with NCCL_SHRINK_ABORT); shrink or destroy it",
-                    what);
-  if (r != ncclSuccess) {
-    if (--comm->busy == 0)
-      pthread_cond_broadcast(&comm->changed);
-  } else if (hc != NULL) {
-    *hc = comm->hc;
-  }
-  pthread_mutex_unlock(&comm->lock);
-  return r;
+  if (hc != NULL)
+    *hc = LOAD(comm->hc);
+  return ncclSuccess;
 }
 
 void nccl__leave(ncclComm_t comm) {
-  pthread_mutex_lock(&comm->lock);
-  if (--comm->busy == 0)
-    pthread_cond_broadcast(&comm->changed);
-  pthread_mutex_unlock(&comm->lock);
+  __atomic_sub_fetch(&comm->busy, 1, __ATOMIC_SEQ_CST);
 }
 
 /* ---- configuration ------------------------------------------------------ */
@@ -220,7 +232,7 @@ static ncclResult_t join(ncclComm_t c, const hoop_unique_id_t *id) {
     hoop_comm_destroy(hc);
     return r;
   }
-  c->hc = hc;
+  STORE(c->hc, hc);
   return ncclSuccess;
 }
 
@@ -231,20 +243,19 @@ static void init_done(ncclComm_t c, ncclResult_t r) {
   pthread_mutex_lock(&c->lock);
   bool abandoned = c->abandoned;
   c->init_result = abandoned ? ncclInvalidUsage : r;
-  c->state = (r == ncclSuccess && !abandoned) ? NCCL_COMM_READY
-                                              : NCCL_COMM_FAILED;
+  set_state(c, r == ncclSuccess && !abandoned ? NCCL_COMM_READY
+                                              : NCCL_COMM_FAILED);
   pthread_cond_broadcast(&c->changed);
+  pthread_mutex_unlock(&c->lock);
   if (abandoned) {
     wait_idle(c);
-    pthread_mutex_unlock(&c->lock);
-    if (c->hc != NULL) {
-      hoop_comm_abort(c->hc);
-      c->hc = NULL;
+    hoop_comm_t hc = LOAD(c->hc);
+    if (hc != NULL) {
+      STORE(c->hc, NULL);
+      hoop_comm_abort(hc);
     }
     comm_free(c);
-    return;
   }
-  pthread_mutex_unlock(&c->lock);
 }
 
 static ncclResult_t run_job(struct init_job *job) {
@@ -635,9 +646,9 @@ NCCL_EXPORT ncclResult_t pncclCommShrink(ncclComm_t comm,
     return r;
 
   pthread_mutex_lock(&comm->lock);
-  while (comm->state == NCCL_COMM_INITIALIZING)
+  while (LOAD(comm->state) == NCCL_COMM_INITIALIZING && !LOAD(comm->freeing))
     pthread_cond_wait(&comm->changed, &comm->lock);
-  if (comm->state == NCCL_COMM_FAILED || comm->freeing ||
+  if (LOAD(comm->state) == NCCL_COMM_FAILED || LOAD(comm->freeing) ||
       comm->spares == NULL || comm->spare_used[root]) {
     bool reused = comm->spares != NULL && comm->spare_used[root];
     pthread_mutex_unlock(&comm->lock);
@@ -650,10 +661,10 @@ NCCL_EXPORT ncclResult_t pncclCommShrink(ncclComm_t comm,
   }
   comm->spare_used[root] = true;
   hoop_comm_t abort_hc = NULL;
-  if (shrinkFlags == NCCL_SHRINK_ABORT && comm->hc != NULL) {
-    abort_hc = comm->hc;
-    comm->hc = NULL;
-    comm->state = NCCL_COMM_REVOKED;
+  if (shrinkFlags == NCCL_SHRINK_ABORT && LOAD(comm->hc) != NULL) {
+    abort_hc = LOAD(comm->hc);
+    STORE(comm->hc, NULL);
+    set_state(comm, NCCL_COMM_REVOKED);
   }
   hoop_unique_id_t id = comm->spares[root];
   pthread_mutex_unlock(&comm->lock);
@@ -695,16 +706,17 @@ NCCL_EXPORT ncclResult_t pncclCommDestroy(ncclComm_t comm) {
     return nccl__error(ncclInvalidArgument,
                        "ncclCommDestroy: not a communicator (freed?)");
   pthread_mutex_lock(&comm->lock);
-  if (comm->freeing) {
+  if (LOAD(comm->freeing)) {
     pthread_mutex_unlock(&comm->lock);
     return nccl__error(ncclInvalidUsage,
                        "ncclCommDestroy: already being destroyed");
   }
-  comm->freeing = true;
-  while (comm->state == NCCL_COMM_INITIALIZING)
+  /* A background init ends first: its thread still uses the struct. */
+  while (LOAD(comm->state) == NCCL_COMM_INITIALIZING)
     pthread_cond_wait(&comm->changed, &comm->lock);
-  wait_idle(comm);
+  STORE(comm->freeing, 1);
   pthread_mutex_unlock(&comm->lock);
+  wait_idle(comm);
   comm_free(comm);
   return ncclSuccess;
 }
@@ -717,29 +729,28 @@ NCCL_EXPORT ncclResult_t pncclCommAbort(ncclComm_t comm) {
     return nccl__error(ncclInvalidArgument,
                        "ncclCommAbort: not a communicator (freed?)");
   pthread_mutex_lock(&comm->lock);
-  if (comm->freeing) {
+  if (LOAD(comm->freeing)) {
     bool again = comm->abandoned;
     pthread_mutex_unlock(&comm->lock);
     return again ? ncclSuccess
                  : nccl__error(ncclInvalidUsage,
                                "ncclCommAbort: already being destroyed");
   }
-  comm->freeing = true;
-  if (comm->state == NCCL_COMM_INITIALIZING) {
+  STORE(comm->freeing, 1);
+  if (LOAD(comm->state) == NCCL_COMM_INITIALIZING) {
     /* The init's own thread frees it when the rendezvous gives up. */
     comm->abandoned = true;
+    pthread_cond_broadcast(&comm->changed);
     pthread_mutex_unlock(&comm->lock);
     return ncclSuccess;
   }
-  hoop_comm_t hc = comm->hc;
-  comm->hc = NULL;
+  hoop_comm_t hc = LOAD(comm->hc);
+  STORE(comm->hc, NULL);
   pthread_mutex_unlock(&comm->lock);
   /* Fails the calls other threads have in flight, then frees hoop's. */
   if (hc != NULL)
     hoop_comm_abort(hc);
-  pthread_mutex_lock(&comm->lock);
   wait_idle(comm);
-  pthread_mutex_unlock(&comm->lock);
   comm_free(comm);
   return ncclSuccess;
 }
@@ -754,13 +765,13 @@ NCCL_EXPORT ncclResult_t pncclCommRevoke(ncclComm_t comm, int revokeFlags) {
     return nccl__error(ncclInvalidArgument,
                        "ncclCommRevoke: not a communicator");
   pthread_mutex_lock(&comm->lock);
-  while (comm->state == NCCL_COMM_INITIALIZING)
+  while (LOAD(comm->state) == NCCL_COMM_INITIALIZING && !LOAD(comm->freeing))
     pthread_cond_wait(&comm->changed, &comm->lock);
   hoop_comm_t hc = NULL;
-  if (comm->state == NCCL_COMM_READY) {
-    hc = comm->hc;
-    comm->hc = NULL;
-    comm->state = NCCL_COMM_REVOKED;
+  if (LOAD(comm->state) == NCCL_COMM_READY) {
+    hc = LOAD(comm->hc);
+    STORE(comm->hc, NULL);
+    set_state(comm, NCCL_COMM_REVOKED);
   }
   pthread_mutex_unlock(&comm->lock);
   if (hc != NULL)

@@ -23,6 +23,10 @@
   extern __typeof(p##name) name                                               \
       __attribute__((weak, alias("p" #name), visibility("default")))
 
+/* The fields of struct ncclComm read without its lock. */
+#define LOAD(x) __atomic_load_n(&(x), __ATOMIC_SEQ_CST)
+#define STORE(x, v) __atomic_store_n(&(x), (v), __ATOMIC_SEQ_CST)
+
 #define NCCL_COMM_MAGIC 0x6e63636c686f6f70ULL /* "ncclhoop" */
 
 enum nccl_state {
@@ -47,13 +51,20 @@ struct ncclComm {
   int cuda_dev; /* -1: host memory only */
   char name[64]; /* config->commName, for messages */
 
+  /*
+   * A call enters by counting itself in `busy` and finding the state READY
+   * and `freeing` clear, without the lock; destroy and abort set
+   * `freeing`, then wait for `busy` to drain.  Every other change happens
+   * under the lock, and `state`, `freeing` and `hc` are also read without
+   * it (atomically).
+   */
   pthread_mutex_t lock;
-  pthread_cond_t changed;
-  enum nccl_state state;        /* under lock */
-  ncclResult_t init_result;     /* under lock; with FAILED */
+  pthread_cond_t changed;       /* state left INITIALIZING */
+  int state;                    /* enum nccl_state */
+  ncclResult_t init_result;     /* with FAILED */
   bool abandoned;               /* aborted while initializing */
-  int busy;                     /* calls inside the layer, under lock */
-  bool freeing;                 /* destroy or abort waits for busy == 0 */
+  int busy;
+  int freeing;
   hoop_comm_t hc;               /* set once READY */
   /* The first peer failure a call met, for ncclCommGetAsyncError. */
   int async_error;              /* atomic ncclResult_t */

@@ -17,7 +17,7 @@ NCCL_EXPORT ncclResult_t pncclCommGetAsyncError(ncclComm_t comm,
                                           : "not a communicator");
   ncclResult_t r = ncclSuccess;
   pthread_mutex_lock(&comm->lock);
-  switch (comm->state) {
+  switch (LOAD(comm->state)) {
   case NCCL_COMM_INITIALIZING:
     *asyncError = ncclInProgress;
     break;
@@ -31,9 +31,10 @@ NCCL_EXPORT ncclResult_t pncclCommGetAsyncError(ncclComm_t comm,
      * A device call that failed after it returned; asked under the lock so
      * an abort cannot free hoop's communicator meanwhile.
      */
-    if (*asyncError == ncclSuccess && comm->hc != NULL) {
+    hoop_comm_t hc = LOAD(comm->hc);
+    if (*asyncError == ncclSuccess && hc != NULL) {
       hoop_result_t e = HOOP_SUCCESS;
-      if (hoop_comm_get_async_error(comm->hc, &e) == HOOP_SUCCESS &&
+      if (hoop_comm_get_async_error(hc, &e) == HOOP_SUCCESS &&
           e != HOOP_SUCCESS)
         *asyncError = e == HOOP_ERR_REMOTE || e == HOOP_ERR_TIMEOUT
                           ? ncclRemoteError
@@ -53,7 +54,7 @@ static ncclResult_t settled(ncclComm_t comm, const void *out,
                        out == NULL ? "result pointer is NULL"
                                    : "not a communicator");
   pthread_mutex_lock(&comm->lock);
-  while (comm->state == NCCL_COMM_INITIALIZING)
+  while (LOAD(comm->state) == NCCL_COMM_INITIALIZING && !LOAD(comm->freeing))
     pthread_cond_wait(&comm->changed, &comm->lock);
   pthread_mutex_unlock(&comm->lock);
   return ncclSuccess;
