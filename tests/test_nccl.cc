@@ -703,6 +703,45 @@ TEST(NcclComms, ShrinkWithoutAndAfterAFailure) {
   EXPECT_EQ(codes[2], 0);
 }
 
+// Several ids for one job (large jobs spread their rendezvous so).
+TEST(NcclComms, InitRankScalableWithTwoIds) {
+  ncclUniqueId ids[2];
+  ASSERT_EQ(ncclGetUniqueId(&ids[0]), ncclSuccess);
+  ASSERT_EQ(ncclGetUniqueId(&ids[1]), ncclSuccess);
+  std::vector<ncclUniqueId> v(ids, ids + 2);
+  expect_all_ok(run_ranks(4, [v](Log &log, ncclComm_t, int rank, int n) {
+    std::vector<ncclUniqueId> mine = v;
+    ncclComm_t comm = nullptr;
+    CHECK_NCCL(log, ncclCommInitRankScalable(&comm, n, rank, 2, mine.data(),
+                                             nullptr));
+    int x = rank;
+    CHECK_NCCL(log, ncclAllReduce(&x, &x, 1, ncclInt32, ncclSum, comm,
+                                  nullptr));
+    if (x != 6)
+      log.fail("allreduce: %d", x);
+    CHECK_NCCL(log, ncclCommDestroy(comm));
+  }, false));
+}
+
+// A revoked communicator refuses calls but can still be shrunk.
+TEST(NcclComms, RevokeThenShrinkToAllRanks) {
+  expect_all_ok(run_ranks(3, [](Log &log, ncclComm_t comm, int rank, int n) {
+    CHECK_NCCL(log, ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT));
+    int x = rank;
+    if (ncclAllReduce(&x, &x, 1, ncclInt32, ncclSum, comm, nullptr) !=
+        ncclInvalidUsage)
+      log.fail("a call on a revoked communicator was not refused");
+    ncclComm_t again = nullptr;
+    CHECK_NCCL(log, ncclCommShrink(comm, nullptr, 0, &again, nullptr,
+                                   NCCL_SHRINK_DEFAULT));
+    CHECK_NCCL(log, ncclAllReduce(&x, &x, 1, ncclInt32, ncclSum, again,
+                                  nullptr));
+    if (x != n * (n - 1) / 2)
+      log.fail("allreduce after revoke and shrink: %d", x);
+    CHECK_NCCL(log, ncclCommDestroy(again));
+  }));
+}
+
 TEST(NcclComms, AbortFromAnotherThreadEndsAWaitingCall) {
   expect_all_ok(run_ranks(2, [](Log &log, ncclComm_t comm, int rank, int) {
     if (rank == 1) {

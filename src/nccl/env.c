@@ -5,6 +5,10 @@
  * is not safe beside other threads' getenv), and again on
  * ncclResetDebugInit.
  */
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -59,10 +63,37 @@ static void map_algo(void) {
     setenv("HOOP_ALGO", pick, 0);
 }
 
+/*
+ * Without a setting NCCL finds a network interface by itself, so NCCL
+ * programs across hosts set none; hoop alone would put rank 0's id on
+ * loopback.  Like NCCL, take the first interface that is up and neither
+ * loopback nor a container bridge; with none, hoop's default stands.
+ */
+static void default_interface(void) {
+  if (getenv("HOOP_SOCKET_IFNAME") != NULL)
+    return;
+  struct ifaddrs *all;
+  if (getifaddrs(&all) != 0)
+    return;
+  for (struct ifaddrs *i = all; i != NULL; i = i->ifa_next) {
+    unsigned need = IFF_UP | IFF_RUNNING;
+    if (i->ifa_addr == NULL || i->ifa_addr->sa_family != AF_INET ||
+        (i->ifa_flags & need) != need || (i->ifa_flags & IFF_LOOPBACK) ||
+        strncmp(i->ifa_name, "docker", 6) == 0)
+      continue;
+    char spec[IF_NAMESIZE + 2];
+    snprintf(spec, sizeof spec, "=%s", i->ifa_name);
+    setenv("HOOP_SOCKET_IFNAME", spec, 0);
+    break;
+  }
+  freeifaddrs(all);
+}
+
 static void map_environment(void) {
   map_debug();
   map_algo();
   map_same("NCCL_SOCKET_IFNAME", "HOOP_SOCKET_IFNAME");
+  default_interface();
 }
 
 __attribute__((constructor)) static void nccl_env_at_load(void) {
