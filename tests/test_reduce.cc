@@ -2,9 +2,10 @@
 //
 // Every expected value comes from an implementation independent of the
 // library: plain C++ integer arithmetic through __int128, the host's float
-// and double arithmetic, the compiler's _Float16 for fp16, and a bfloat16
-// reference written here from the format's definition.  Comparisons are
-// bit-for-bit, except that any NaN matches any NaN.
+// and double arithmetic, the compiler's _Float16 for fp16, a bfloat16
+// reference written here from the format's definition, and reference.h's
+// fp8 codec (tested in test_fp8.cc).  Comparisons are bit-for-bit, except
+// that any NaN matches any NaN in the types that have more than one.
 
 #include <gtest/gtest.h>
 
@@ -26,6 +27,8 @@ extern "C" {
 #include "hoop.h"
 #include "reduce/reduce.h"
 }
+
+#include "reference.h"
 
 namespace {
 
@@ -114,7 +117,8 @@ const DtypeInfo kDtypes[] = {
     {HOOP_I8, "I8", 1},   {HOOP_U8, "U8", 1},     {HOOP_I32, "I32", 4},
     {HOOP_U32, "U32", 4}, {HOOP_I64, "I64", 8},   {HOOP_U64, "U64", 8},
     {HOOP_F16, "F16", 2}, {HOOP_F32, "F32", 4},   {HOOP_F64, "F64", 8},
-    {HOOP_BF16, "BF16", 2},
+    {HOOP_BF16, "BF16", 2}, {HOOP_F8E4M3, "F8E4M3", 1},
+    {HOOP_F8E5M2, "F8E5M2", 1},
 };
 
 const DtypeInfo &Info(hoop_dtype_t dtype)
@@ -259,6 +263,15 @@ void RefCombine(hoop_dtype_t dtype, hoop_op_t op, const uint8_t *x,
     Store(out, RefF32ToBf16(r));
     break;
   }
+  case HOOP_F8E4M3:
+  case HOOP_F8E5M2: {
+    // Sums and products of two fp8 values are exact in double, so this
+    // rounds the exact result once.
+    double r = RefFloat(op, hooptest::fp8_decode(Load<uint8_t>(x), dtype),
+                        hooptest::fp8_decode(Load<uint8_t>(y), dtype));
+    Store(out, hooptest::fp8_encode(r, dtype));
+    break;
+  }
   default:
     break;
   }
@@ -389,6 +402,23 @@ class Gen {
       else
         h = static_cast<uint16_t>(Bits(Moderate()) >> 16);
       Store(out, h);
+      break;
+    }
+    case HOOP_F8E4M3:
+    case HOOP_F8E5M2: {
+      // Zeros, ones, the largest finite, the smallest subnormal, E5M2's
+      // infinities and the NaNs.
+      static const uint8_t specials[] = {0x00, 0x80, 0x7f, 0xff, 0x01,
+                                         0x81, 0x7e, 0xfe, 0x7b, 0xfb,
+                                         0x7c, 0xfc, 0x38, 0x3c, 0x7d};
+      uint8_t c;
+      if (kind < 2)
+        c = specials[Below(std::size(specials))];
+      else if (kind < 8)
+        c = static_cast<uint8_t>(Bits64());
+      else  // sums and products of these stay mostly in range
+        c = hooptest::fp8_encode(std::ldexp(Moderate(), -2), dtype);
+      Store(out, c);
       break;
     }
     default:
@@ -830,6 +860,12 @@ std::vector<FloatCase> FloatCases()
       {HOOP_BF16,
        {0x7fc0, 0xffc0, 0x7f81, 0xff81, 0x7fbf},
        {0x0000, 0x8000, 0x3f80, 0xbf80, 0x7f80, 0xff80, 0x7f7f, 0x0001}},
+      {HOOP_F8E4M3,
+       {0x7f, 0xff},
+       {0x00, 0x80, 0x38, 0xb8, 0x7e, 0xfe, 0x77, 0x01}},
+      {HOOP_F8E5M2,
+       {0x7e, 0xfe, 0x7d, 0xfd, 0x7f},
+       {0x00, 0x80, 0x3c, 0xbc, 0x7c, 0xfc, 0x7b, 0x01}},
   };
 }
 
@@ -840,6 +876,9 @@ bool IsQuietNan(hoop_dtype_t dtype, const uint8_t *p)
   case HOOP_F64: return IsQuietNanF64(Load<double>(p));
   case HOOP_F16: return IsQuietNanHalf(Load<uint16_t>(p));
   case HOOP_BF16: return IsQuietNanBf16(Load<uint16_t>(p));
+  // One NaN for every fp8 result, quiet in E5M2 (top mantissa bit set).
+  case HOOP_F8E4M3:
+  case HOOP_F8E5M2: return Load<uint8_t>(p) == 0x7f;
   default: return false;
   }
 }
@@ -893,6 +932,8 @@ TEST(SignedZero, MinPrefersMinusZeroMaxPlusZero)
       {HOOP_F64, 0x0000000000000000, 0x8000000000000000},
       {HOOP_F16, 0x0000, 0x8000},
       {HOOP_BF16, 0x0000, 0x8000},
+      {HOOP_F8E4M3, 0x00, 0x80},
+      {HOOP_F8E5M2, 0x00, 0x80},
   };
   for (const auto &c : cases) {
     size_t es = Info(c.dtype).size;
@@ -1020,7 +1061,7 @@ TEST(Div, FloatsRoundOnce)
   const int divisors[] = {1, 2, 3, 5, 7, 8, 10, 100, 1000};
   for (const DtypeInfo &d : kDtypes) {
     hoop_dtype_t dt = d.dtype;
-    if (dt != HOOP_F32 && dt != HOOP_F64 && dt != HOOP_F16 && dt != HOOP_BF16)
+    if (!hooptest::is_float(dt))
       continue;
     const size_t n = 4099;
     std::vector<uint8_t> in(n * d.size);
@@ -1042,9 +1083,14 @@ TEST(Div, FloatsRoundOnce)
           Store(w, static_cast<_Float16>(Load<_Float16>(x) /
                                          static_cast<_Float16>(divisor)));
           break;
-        default:
+        case HOOP_BF16:
           Store(w, RefF32ToBf16(RefBf16ToF32(Load<uint16_t>(x)) /
                                 static_cast<float>(divisor)));
+          break;
+        default:  // fp8: double's quotient rounds the same as the exact one
+          Store(w, hooptest::fp8_encode(
+                       hooptest::fp8_decode(Load<uint8_t>(x), dt) / divisor,
+                       dt));
           break;
         }
       }

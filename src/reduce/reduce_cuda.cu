@@ -1,11 +1,13 @@
 /*
  * Device reduction kernels.  They follow reduce.c's rules: integer SUM and
- * PROD wrap, fp16/bf16 combine in float with one round-to-nearest-even,
- * MIN/MAX are IEEE 754-2019 minimum/maximum (NaN wins, -0 < +0), AVG sums
- * and divides once.  The GPU's float arithmetic is IEEE in round-to-
- * nearest-even as long as nothing is fused or flushed, so the results match
- * the host's bit for bit, except the payload of a NaN: GPU arithmetic
- * returns the canonical quiet NaN where the host keeps the operand's.
+ * PROD wrap, fp16/bf16/fp8 combine in float with one round-to-nearest-even
+ * (fp8 saturating to its largest finite value), MIN/MAX are IEEE 754-2019
+ * minimum/maximum (NaN wins, -0 < +0), AVG sums and divides once.  The
+ * GPU's float arithmetic is IEEE in round-to-nearest-even as long as
+ * nothing is fused or flushed, so the results match the host's bit for
+ * bit, except the payload of a NaN: GPU arithmetic returns the canonical
+ * quiet NaN where the host keeps the operand's.  (The host's fp8 NaN is
+ * always 0x7f, which cuda_fp8.h's software conversion also gives.)
  *
  * The kernels are bound by memory bandwidth, so each thread moves 16 bytes
  * per load when the three pointers share 16-byte alignment, and a second
@@ -13,6 +15,7 @@
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 
@@ -50,6 +53,23 @@ struct BFloat {
   }
   __device__ static Store store(Calc c) {
     return __bfloat16_as_ushort(__float2bfloat16_rn(c));
+  }
+};
+
+/*
+ * fp8 widens exactly through fp16, which holds every fp8 value.  Narrowing
+ * is cuda_fp8.h's saturating conversion: the cvt.rn.satfinite instruction
+ * on sm_89 and later, an exact software version before; reduce.c's
+ * f32_to_fp8() rounds and saturates the same way.
+ */
+template <__nv_fp8_interpretation_t Kind> struct Fp8 {
+  typedef uint8_t Store;
+  typedef float Calc;
+  __device__ static Calc load(Store s) {
+    return __half2float(__half(__nv_cvt_fp8_to_halfraw(s, Kind)));
+  }
+  __device__ static Store store(Calc c) {
+    return __nv_cvt_float_to_fp8(c, __NV_SATFINITE, Kind);
   }
 };
 
@@ -340,7 +360,9 @@ int launch_div(void *buf, size_t n, int divisor, cudaStream_t s) {
   X(HOOP_F16, Half)                                                           \
   X(HOOP_F32, Plain<float>)                                                   \
   X(HOOP_F64, Plain<double>)                                                  \
-  X(HOOP_BF16, BFloat)
+  X(HOOP_BF16, BFloat)                                                        \
+  X(HOOP_F8E4M3, Fp8<__NV_E4M3>)                                              \
+  X(HOOP_F8E5M2, Fp8<__NV_E5M2>)
 
 } // namespace
 
