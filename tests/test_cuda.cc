@@ -193,6 +193,53 @@ TEST_P(CudaKernels, MatchHostKernelsBitForBit) {
   CUDA_OK(cudaFree(dev));
 }
 
+// Scaling with the scalar in the kernel's arguments and read from device
+// memory, against the host's hoop__reduce_scale.
+TEST_P(CudaKernels, ScaleMatchesHostWithHostAndDeviceScalars) {
+  REQUIRE_GPU();
+  hoop_dtype_t t = (hoop_dtype_t)GetParam();
+  size_t esz = hoop_dtype_size(t);
+  std::mt19937_64 rng(5678 + GetParam());
+  const size_t counts[] = {1, 7, 17, 1000, 65537};
+  const size_t most = 65537 + 1;
+  char *dev = nullptr;
+  CUDA_OK(cudaMalloc((void **)&dev, 2 * most * esz + esz));
+  char *dscalar = dev + 2 * most * esz;
+  for (size_t count : counts) {
+    for (size_t off : {(size_t)0, (size_t)1}) {
+      for (bool in_place : {false, true}) {
+        for (int on_device = 0; on_device < 2; on_device++) {
+          std::vector<char> src(count * esz), want(count * esz),
+              got(count * esz), scalar(esz);
+          random_bits(src, t, rng);
+          random_bits(scalar, t, rng);
+          hoop__reduce_scale(want.data(), src.data(), count, t,
+                             scalar.data());
+          char *ds = dev + off * esz, *dd = in_place ? ds : ds + most * esz;
+          CUDA_OK(cudaMemcpy(ds, src.data(), src.size(),
+                             cudaMemcpyHostToDevice));
+          CUDA_OK(cudaMemcpy(dscalar, scalar.data(), esz,
+                             cudaMemcpyHostToDevice));
+          ASSERT_EQ(hoop__cuda_reduce_scale(
+                        dd, ds, count, t,
+                        on_device ? (const void *)dscalar : scalar.data(),
+                        on_device, nullptr),
+                    0);
+          CUDA_OK(cudaMemcpy(got.data(), dd, got.size(),
+                             cudaMemcpyDeviceToHost));
+          size_t first = 0, bad = differing(got, want, t, &first);
+          EXPECT_EQ(bad, 0u) << hoop_dtype_name(t) << " count " << count
+                             << " offset " << off
+                             << (in_place ? " in place" : "")
+                             << (on_device ? " device scalar" : " host scalar")
+                             << ": first difference at " << first;
+        }
+      }
+    }
+  }
+  CUDA_OK(cudaFree(dev));
+}
+
 // The n-source kernel of the CUDA IPC transport, against the host kernels
 // applied source by source in the same order.  fp16/bf16/fp8 combine in
 // fp32 and round once, so their reference is the fp32 host kernel on the

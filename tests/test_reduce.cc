@@ -1127,6 +1127,101 @@ TEST(Div, FloatSpecials)
   EXPECT_EQ(0x0000, bf[3]);
 }
 
+// ---- Scaling (pre-multiplied sums) ---------------------------------------
+
+// Every element times the scalar is a PROD of the two, so the reference is
+// RefCombine's PROD with the scalar as the second operand.
+TEST(Scale, EveryDtypeMatchesProdWithTheScalar)
+{
+  for (const DtypeInfo &d : kDtypes) {
+    SCOPED_TRACE(d.name);
+    Gen gen(0x5ca1e000u + d.dtype);
+    for (size_t count : {size_t{1}, size_t{7}, size_t{1000}, size_t{4099}}) {
+      SCOPED_TRACE("count " + std::to_string(count));
+      std::vector<uint8_t> src(count * d.size), scalar(d.size);
+      for (size_t i = 0; i < count; i++)
+        gen.Element(d.dtype, &src[i * d.size]);
+      gen.Element(d.dtype, scalar.data());
+      std::vector<uint8_t> want(src.size());
+      for (size_t i = 0; i < count; i++)
+        RefCombine(d.dtype, HOOP_PROD, &src[i * d.size], scalar.data(),
+                   &want[i * d.size]);
+      std::vector<uint8_t> scalars(src.size());
+      for (size_t i = 0; i < count; i++)
+        std::copy(scalar.begin(), scalar.end(), &scalars[i * d.size]);
+      {
+        SCOPED_TRACE("out of place");
+        Guarded gs(count, d.size, 1), gd(count, d.size, 2);
+        gs.Set(src);
+        hoop__reduce_scale(gd.data(), gs.data(), count, d.dtype,
+                           scalar.data());
+        EXPECT_TRUE(Matches(d.dtype, gd.data(), want, src, scalars));
+        EXPECT_TRUE(gd.GuardsIntact());
+        EXPECT_TRUE(gs.Holds(src)) << "src modified";
+      }
+      {
+        SCOPED_TRACE("in place");
+        Guarded g(count, d.size, 3);
+        g.Set(src);
+        hoop__reduce_scale(g.data(), g.data(), count, d.dtype,
+                           scalar.data());
+        EXPECT_TRUE(Matches(d.dtype, g.data(), want, src, scalars));
+        EXPECT_TRUE(g.GuardsIntact());
+      }
+    }
+  }
+}
+
+// The scalar may be an element of the buffer being scaled in place: it is
+// read before the first element is written.
+TEST(Scale, ScalarInsideTheBufferIsReadFirst)
+{
+  for (const DtypeInfo &d : kDtypes) {
+    Gen gen(0x5ca1e100u + d.dtype);
+    const size_t count = 100;
+    std::vector<uint8_t> src(count * d.size), want(src.size());
+    for (size_t i = 0; i < count; i++)
+      gen.Element(d.dtype, &src[i * d.size]);
+    for (size_t i = 0; i < count; i++)
+      RefCombine(d.dtype, HOOP_PROD, &src[i * d.size], &src[0],
+                 &want[i * d.size]);
+    std::vector<uint8_t> buf = src;
+    hoop__reduce_scale(buf.data(), buf.data(), count, d.dtype, buf.data());
+    std::vector<uint8_t> scalars(src.size());
+    for (size_t i = 0; i < count; i++)
+      std::copy(src.begin(), src.begin() + d.size, &scalars[i * d.size]);
+    EXPECT_TRUE(Matches(d.dtype, buf.data(), want, src, scalars)) << d.name;
+  }
+}
+
+TEST(Scale, KnownValues)
+{
+  int8_t i8[] = {100, -128, 3};
+  int8_t k8 = -2;
+  hoop__reduce_scale(i8, i8, 3, HOOP_I8, &k8);
+  EXPECT_EQ(56, i8[0]);  // -200 wraps to 56
+  EXPECT_EQ(0, i8[1]);   // 256 wraps to 0
+  EXPECT_EQ(-6, i8[2]);
+  uint64_t u64[] = {UINT64_MAX}, k64 = 3;
+  hoop__reduce_scale(u64, u64, 1, HOOP_U64, &k64);
+  EXPECT_EQ(UINT64_MAX - 2, u64[0]);
+  double f64[] = {1.5, -0.0}, kd = 0.25, f64_out[2];
+  hoop__reduce_scale(f64_out, f64, 2, HOOP_F64, &kd);
+  EXPECT_EQ(0.375, f64_out[0]);
+  EXPECT_TRUE(f64_out[1] == 0 && std::signbit(f64_out[1]));
+  // 1/8 scaling in E4M3: 448 / 8 = 56 exactly; 3 * 2^-9 / 8 is below half
+  // the smallest subnormal and flushes to a signed zero.
+  uint8_t e4[] = {0x7e, 0x83}, k_e4 = 0x20;  // 0x20 = 2^-3
+  hoop__reduce_scale(e4, e4, 2, HOOP_F8E4M3, &k_e4);
+  EXPECT_EQ(0x66, e4[0]);  // 56 = 1.75 * 2^5
+  EXPECT_EQ(0x80, e4[1]);
+  // E5M2: 57344 * 2 saturates rather than overflowing to infinity.
+  uint8_t e5[] = {0x7b, 0xbc}, k_e5 = 0x40;  // 0x40 = 2
+  hoop__reduce_scale(e5, e5, 2, HOOP_F8E5M2, &k_e5);
+  EXPECT_EQ(0x7b, e5[0]);
+  EXPECT_EQ(0xc0, e5[1]);  // -1 * 2 = -2
+}
+
 // ---- Arguments the callers should have rejected ---------------------------
 
 TEST(InvalidArguments, DoNothing)
@@ -1140,6 +1235,7 @@ TEST(InvalidArguments, DoNothing)
   for (hoop_dtype_t dt : bad_dtypes) {
     hoop__reduce(d, a, b, 4, dt, HOOP_SUM);
     hoop__reduce_div(d, 4, dt, 2);
+    hoop__reduce_scale(d, a, 4, dt, b);
   }
   for (hoop_op_t op : bad_ops)
     hoop__reduce(d, a, b, 4, HOOP_I32, op);
@@ -1150,6 +1246,7 @@ TEST(InvalidArguments, DoNothing)
   // A zero count never touches the pointers.
   hoop__reduce(nullptr, nullptr, nullptr, 0, HOOP_F32, HOOP_SUM);
   hoop__reduce_div(nullptr, 0, HOOP_F32, 2);
+  hoop__reduce_scale(nullptr, nullptr, 0, HOOP_F32, nullptr);
 }
 
 }  // namespace

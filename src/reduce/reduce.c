@@ -558,3 +558,73 @@ void hoop__reduce_div(void *buf, size_t count, hoop_dtype_t dtype,
     return;
   dividers[dtype](buf, count, divisor);
 }
+
+/* ---- Scaling for pre-multiplied sums ---------------------------------- */
+
+typedef void (*scale_fn)(void *dst, const void *src, size_t n,
+                         const void *scalar);
+
+/*
+ * Each element is a PROD with the scalar, so it rounds and wraps as the
+ * PROD kernels do.  The scalar is read once, before the loop, so that it
+ * may lie in dst.
+ */
+#define INT_SCALE_(dtype, tag, T, U, D)                                       \
+  static void tag##_scale(void *dst_, const void *src_, size_t n,             \
+                          const void *scalar)                                 \
+  {                                                                           \
+    T *d = dst_;                                                              \
+    const T *s = src_;                                                        \
+    T k;                                                                      \
+    memcpy(&k, scalar, sizeof k);                                             \
+    for (size_t i = 0; i < n; i++)                                            \
+      d[i] = (T)((U)s[i] * (U)k);                                             \
+  }
+
+#define FLOAT_SCALE_(dtype, tag, T, MIN, MAX)                                 \
+  static void tag##_scale(void *dst_, const void *src_, size_t n,             \
+                          const void *scalar)                                 \
+  {                                                                           \
+    T *d = dst_;                                                              \
+    const T *s = src_;                                                        \
+    T k;                                                                      \
+    memcpy(&k, scalar, sizeof k);                                             \
+    for (size_t i = 0; i < n; i++)                                            \
+      d[i] = s[i] * k;                                                        \
+  }
+
+#define NARROW_SCALE_(dtype, tag, T)                                          \
+  static void tag##_scale(void *dst_, const void *src_, size_t n,             \
+                          const void *scalar)                                 \
+  {                                                                           \
+    T *d = dst_;                                                              \
+    const T *s = src_;                                                        \
+    T bits;                                                                   \
+    memcpy(&bits, scalar, sizeof bits);                                       \
+    float k = tag##_to_f32_inline(bits);                                      \
+    for (size_t i = 0; i < n; i++)                                            \
+      d[i] = f32_to_##tag##_inline(tag##_to_f32_inline(s[i]) * k);            \
+  }
+
+INT_TYPES_(INT_SCALE_)
+FLOAT_TYPES_(FLOAT_SCALE_)
+NARROW_TYPES_(NARROW_SCALE_)
+
+#define SCALE_ROW_(dtype, tag) [dtype] = tag##_scale,
+#define INT_SCALE_ROW_(dtype, tag, T, U, D) SCALE_ROW_(dtype, tag)
+#define FLOAT_SCALE_ROW_(dtype, tag, T, MIN, MAX) SCALE_ROW_(dtype, tag)
+#define NARROW_SCALE_ROW_(dtype, tag, T) SCALE_ROW_(dtype, tag)
+
+static const scale_fn scalers[HOOP_DTYPE_COUNT] = {
+  INT_TYPES_(INT_SCALE_ROW_)
+  FLOAT_TYPES_(FLOAT_SCALE_ROW_)
+  NARROW_TYPES_(NARROW_SCALE_ROW_)
+};
+
+void hoop__reduce_scale(void *dst, const void *src, size_t count,
+                        hoop_dtype_t dtype, const void *scalar)
+{
+  if ((unsigned)dtype >= HOOP_DTYPE_COUNT || count == 0)
+    return;
+  scalers[dtype](dst, src, count, scalar);
+}

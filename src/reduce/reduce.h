@@ -37,6 +37,18 @@ void hoop__reduce_div(void *buf, size_t count, hoop_dtype_t dtype,
                       int divisor);
 
 /*
+ * dst[i] = src[i] * *scalar for i < count, where scalar points at one
+ * element of dtype: NCCL's pre-multiplied sum (ncclRedOpCreatePreMulSum)
+ * scales each rank's input before it is summed.  Each element rounds
+ * and wraps as HOOP_PROD does: once, in float, for the 16- and 8-bit
+ * floats; natively for float and double; modulo 2^bits for integers.
+ * dst may equal src (the scalar may lie in either); other overlaps are
+ * not allowed.  An invalid dtype leaves dst untouched.
+ */
+void hoop__reduce_scale(void *dst, const void *src, size_t count,
+                        hoop_dtype_t dtype, const void *scalar);
+
+/*
  * IEEE binary16 and bfloat16 conversions, round to nearest even, with
  * subnormals, overflow to infinity, and NaNs kept NaN (and quiet).
  */

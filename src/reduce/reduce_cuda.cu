@@ -18,6 +18,7 @@
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <type_traits>
 
@@ -213,6 +214,33 @@ __global__ void divide(typename E::Store *p, size_t n, int divisor) {
     p[i] = E::store(quotient<E>(E::load(p[i]), divisor));
 }
 
+/*
+ * d[i] = s[i] * the scalar, as OpProd combines.  The scalar is `by`, or
+ * *by_dev when that is set, read when the kernel runs: a scalar that
+ * earlier work on the stream computes is the one used.
+ */
+template <typename E, typename V>
+__global__ void scale(V *d, const V *s, size_t n, typename E::Store by,
+                      const typename E::Store *by_dev) {
+  typedef typename E::Store T;
+  const int lanes = sizeof(V) / sizeof(T);
+  union Pack {
+    V v;
+    T e[lanes];
+  };
+  typename E::Calc k = E::load(by_dev != nullptr ? *by_dev : by);
+  size_t stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    Pack x, r;
+    x.v = s[i];
+#pragma unroll
+    for (int j = 0; j < lanes; j++)
+      r.e[j] = E::store(OpProd::apply(E::load(x.e[j]), k));
+    d[i] = r.v;
+  }
+}
+
 /* Passed by value: kernel parameters live in constant memory. */
 struct Sources {
   const void *p[HOOP_CUDA_MAX_SOURCES];
@@ -349,7 +377,30 @@ int launch_div(void *buf, size_t n, int divisor, cudaStream_t s) {
   return (int)cudaGetLastError();
 }
 
-/* One switch over dtypes for both entry points. */
+template <typename E>
+int launch_scale(void *dst, const void *src, size_t n, const void *scalar,
+                 int scalar_on_device, cudaStream_t s) {
+  typedef typename E::Store T;
+  const size_t lanes = sizeof(uint4) / sizeof(T);
+  T by = 0;
+  const T *by_dev = nullptr;
+  if (scalar_on_device)
+    by_dev = (const T *)scalar;
+  else
+    memcpy(&by, scalar, sizeof by);
+  uintptr_t align = (uintptr_t)dst | (uintptr_t)src;
+  size_t nvec = align % sizeof(uint4) == 0 ? n / lanes : 0;
+  if (nvec > 0)
+    scale<E, uint4><<<blocks_for(nvec), kThreads, 0, s>>>(
+        (uint4 *)dst, (const uint4 *)src, nvec, by, by_dev);
+  size_t done = nvec * lanes;
+  if (done < n)
+    scale<E, T><<<blocks_for(n - done), kThreads, 0, s>>>(
+        (T *)dst + done, (const T *)src + done, n - done, by, by_dev);
+  return (int)cudaGetLastError();
+}
+
+/* One switch over dtypes for every entry point. */
 #define HOOP_CUDA_DTYPES(X)                                                   \
   X(HOOP_I8, Plain<int8_t>)                                                   \
   X(HOOP_U8, Plain<uint8_t>)                                                  \
@@ -408,6 +459,23 @@ extern "C" int hoop__cuda_reduce_many(void *dst, void *dst2,
   switch (dtype) {
 #define CASE_(dt, E)                                                          \
   case dt: return launch_many_op<E>(dst, dst2, srcs, nsrc, count, op, s);
+    HOOP_CUDA_DTYPES(CASE_)
+#undef CASE_
+  default: return (int)cudaErrorInvalidValue;
+  }
+}
+
+extern "C" int hoop__cuda_reduce_scale(void *dst, const void *src,
+                                       size_t count, hoop_dtype_t dtype,
+                                       const void *scalar,
+                                       int scalar_on_device, void *stream) {
+  if (count == 0)
+    return (int)cudaSuccess;
+  cudaStream_t s = (cudaStream_t)stream;
+  switch (dtype) {
+#define CASE_(dt, E)                                                          \
+  case dt:                                                                    \
+    return launch_scale<E>(dst, src, count, scalar, scalar_on_device, s);
     HOOP_CUDA_DTYPES(CASE_)
 #undef CASE_
   default: return (int)cudaErrorInvalidValue;
