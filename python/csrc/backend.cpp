@@ -40,9 +40,11 @@ std::vector<uint8_t> read_key(c10d::Store& store, const std::string& key,
 }
 
 // Makes a communicator of `nranks` through `store`: rank 0 makes the id
-// and leaves it under `key`, the others read it there.
+// and leaves it under `key`, the others read it there.  `what` is the
+// communicator, for errors.
 hoop_comm_t join(c10d::Store& store, const std::string& key, int rank,
-                 int nranks, std::chrono::milliseconds timeout) {
+                 int nranks, std::chrono::milliseconds timeout,
+                 const std::string& what) {
   hoop_unique_id_t id;
   if (rank == 0) {
     hoop_result_t r = hoop_get_unique_id(&id);
@@ -62,7 +64,7 @@ hoop_comm_t join(c10d::Store& store, const std::string& key, int rank,
   hoop_comm_t comm = nullptr;
   hoop_result_t r = hoop_comm_init_rank(&comm, nranks, &id, rank, &config);
   if (r != HOOP_SUCCESS)
-    throw_hoop_error(nullptr, r, "joining the communicator");
+    throw_hoop_error(nullptr, r, what.c_str());
   return comm;
 }
 
@@ -132,8 +134,9 @@ HoopBackend::HoopBackend(const c10::intrusive_ptr<c10d::Store>& store,
     : BackendBase(rank, size), store_(store), timeout_(timeout) {
   // Joined here, not on first use, so that init_process_group fails
   // when the group cannot form.
-  hoop_comm_t comm = join(*store_, "hoop/unique_id", rank, size, timeout);
-  main_ = std::make_shared<Lane>([comm] { return comm; });
+  main_ = std::make_shared<Lane>(
+      join(*store_, "hoop/unique_id", rank, size, timeout,
+           "joining the group of " + std::to_string(size) + " ranks"));
   init();
 }
 
@@ -162,11 +165,14 @@ std::shared_ptr<Lane> HoopBackend::p2p_lane(int from, int to) {
   if (!lane) {
     // In the pair's communicator the sender is rank 0.
     int rank = from == getRank() ? 0 : 1;
-    std::string key =
-        "hoop/p2p/" + std::to_string(from) + "-" + std::to_string(to);
+    std::string pair = std::to_string(from) + "-" + std::to_string(to);
+    std::string what = "connecting rank " + std::to_string(from) +
+                       " to rank " + std::to_string(to) +
+                       " for point-to-point messages";
     lane = std::make_shared<Lane>(
-        [store = store_, key, rank, timeout = timeout_] {
-          return join(*store, key, rank, 2, timeout);
+        [store = store_, key = "hoop/p2p/" + pair, rank, what,
+         timeout = timeout_] {
+          return join(*store, key, rank, 2, timeout, what);
         });
   }
   return lane;
@@ -491,18 +497,22 @@ WorkPtr HoopBackend::alltoall(std::vector<at::Tensor>& outputs,
                });
 }
 
+// Sends and receives name the group's ranks in their errors: hoop's own
+// message names the pair's communicator, whose rank 0 is the sender.
 WorkPtr HoopBackend::send(std::vector<at::Tensor>& tensors, int dst,
                           int /*tag*/) {
   const at::Tensor& t = single(tensors, "send");
   TORCH_CHECK(dst != getRank() && dst >= 0 && dst < getSize(),
               "hoop send: no peer rank ", dst, " for rank ", getRank());
+  std::string what = "send to rank " + std::to_string(dst) +
+                     " (in hoop's words, rank 1 of the pair receives)";
   return start(p2p_lane(getRank(), dst), OpType::SEND,
                Stream::for_tensor(t, "send"), {t},
-               [t](const CallContext& c) {
+               [t, what](const CallContext& c) {
                  at::Tensor src = t.contiguous();
                  check(hoop_send(c.comm, src.data_ptr(), byte_size(src),
                                  HOOP_U8, 1, c.stream),
-                       c, "send");
+                       c, what.c_str());
                });
 }
 
@@ -511,13 +521,15 @@ WorkPtr HoopBackend::recv(std::vector<at::Tensor>& tensors, int src,
   const at::Tensor& t = single(tensors, "recv");
   TORCH_CHECK(src != getRank() && src >= 0 && src < getSize(),
               "hoop recv: no peer rank ", src, " for rank ", getRank());
+  std::string what = "recv from rank " + std::to_string(src) +
+                     " (in hoop's words, rank 0 of the pair sends)";
   return start(p2p_lane(src, getRank()), OpType::RECV,
                Stream::for_tensor(t, "recv"), {t},
-               [t](const CallContext& c) {
+               [t, what](const CallContext& c) {
                  at::Tensor buf = output_buffer(t);
                  check(hoop_recv(c.comm, buf.data_ptr(), byte_size(buf),
                                  HOOP_U8, 0, c.stream),
-                       c, "recv");
+                       c, what.c_str());
                  finish_output(buf, t);
                },
                src);

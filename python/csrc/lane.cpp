@@ -68,6 +68,10 @@ Lane::Lane(Opener open) : opener_(std::move(open)) {
   thread_ = std::thread([this] { loop(); });
 }
 
+Lane::Lane(hoop_comm_t comm) : comm_(comm) {
+  thread_ = std::thread([this] { loop(); });
+}
+
 Lane::~Lane() {
   {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -76,6 +76,8 @@ class Lane {
   using Opener = std::function<hoop_comm_t()>;
 
   explicit Lane(Opener open);
+  // A lane over a communicator already made.
+  explicit Lane(hoop_comm_t comm);
   // Lets the queued items run, stops the thread and destroys the
   // communicator.
   ~Lane();
