@@ -1,6 +1,9 @@
 // Lanes and their Work; see lane.hpp.
 #include "lane.hpp"
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <ATen/core/grad_mode.h>
 
 namespace hoop_torch {
@@ -128,6 +131,12 @@ hoop_comm_t Lane::comm() const {
 }
 
 void Lane::loop() {
+  // Woken by a submit, this thread must not preempt the submitter, which
+  // for a synchronous call is about to wait and run the item itself:
+  // SCHED_BATCH threads never preempt on wake-up.  Failing to set it
+  // costs only speed.
+  sched_param param{};
+  (void)pthread_setschedparam(pthread_self(), SCHED_BATCH, &param);
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     changed_.wait(lock, [this] {
