@@ -8,7 +8,7 @@ change for hoop is `import hoop_torch`, which registers it).
     torchrun --standalone --nproc_per_node 2 docs/examples/ddp_mnist.py --backend hoop
 
 --model mlp (784-200-200-10) or cnn (the network of PyTorch's MNIST
-example). The data are the MNIST-format files Debian's dataset-fashion-mnist
+example); --device cuda trains on each rank's GPU (LOCAL_RANK). The data are the MNIST-format files Debian's dataset-fashion-mnist
 installs in /usr/share/datasets/fashion-mnist (--data for others). Rank 0
 prints, per epoch, the mean training loss, the test accuracy (every rank
 scores its share of the test set; an all_reduce adds them up) and the
@@ -96,6 +96,7 @@ def parse_args():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--backend", choices=["hoop", "gloo"], default="hoop")
     p.add_argument("--model", choices=sorted(MODELS), default="mlp")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=64,
@@ -120,7 +121,7 @@ def evaluate(model, images, labels, rank, world):
         hits = (model(images[mine]).argmax(1) == labels[mine]).sum()
     model.train()
     counts = torch.tensor([hits.item(), len(labels[mine])],
-                          dtype=torch.float64)
+                          dtype=torch.float64, device=labels.device)
     dist.all_reduce(counts)
     return (counts[0] / counts[1]).item()
 
@@ -130,13 +131,21 @@ def main():
     if args.backend == "hoop":
         import hoop_torch  # noqa: F401  (registers the backend "hoop")
     torch.set_num_threads(args.threads)
+    device = torch.device("cpu")
+    if args.device == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+        torch.cuda.set_device(device)
     dist.init_process_group(args.backend)
     rank, world = dist.get_rank(), dist.get_world_size()
 
     images, labels = load(args.data, "train", args.limit)
     test_images, test_labels = load(args.data, "t10k")
+    images, labels = images.to(device), labels.to(device)
+    test_images, test_labels = test_images.to(device), test_labels.to(device)
     torch.manual_seed(args.seed)
-    model = DDP(MODELS[args.model]())
+    model = MODELS[args.model]().to(device)
+    model = DDP(model, device_ids=[device.index] if device.index is not None
+                else None)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr,
                                 momentum=args.momentum)
     sampler = DistributedSampler(range(len(labels)), num_replicas=world,
@@ -148,6 +157,7 @@ def main():
         loss_sum, seen = 0.0, 0
         # The rank's samples in batches, indexed straight out of memory.
         for batch in BatchSampler(sampler, args.batch_size, drop_last=False):
+            batch = torch.tensor(batch, device=device)
             x, y = images[batch], labels[batch]
             optimizer.zero_grad()
             loss = F.cross_entropy(model(x), y)
