@@ -1,4 +1,5 @@
-// The one place that knows which PyTorch the backend is built against.
+// Which PyTorch the backend is built against: HOOP_TORCH_AT_LEAST, which
+// the other files test where versions differ, and the base class.
 // PyTorch 1.13 (Debian 12) has a third-party backend subclass
 // c10d::ProcessGroup; from 2.0 a ProcessGroup holds one c10d::Backend per
 // device type and a third-party backend subclasses that.  The calls and
