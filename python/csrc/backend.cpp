@@ -126,6 +126,12 @@ std::vector<int64_t> split_rows(const std::vector<int64_t>& splits,
   return splits;
 }
 
+// Bytes of one row of `t`, split into `rows`.
+size_t row_bytes(const at::Tensor& t, const std::vector<int64_t>& rows) {
+  int64_t total = std::accumulate(rows.begin(), rows.end(), int64_t{0});
+  return total == 0 ? 0 : byte_size(t) / static_cast<size_t>(total);
+}
+
 }  // namespace
 
 HoopBackend::HoopBackend(const c10::intrusive_ptr<c10d::Store>& store,
@@ -446,9 +452,8 @@ WorkPtr HoopBackend::alltoall_base(at::Tensor& output, at::Tensor& input,
                               c.stream),
                 c, "alltoall_base");
         } else {
-          size_t in_row = src.numel() == 0 ? 0 : byte_size(src) / src.size(0);
-          size_t out_row =
-              buf.numel() == 0 ? 0 : byte_size(buf) / buf.size(0);
+          size_t in_row = row_bytes(src, in_rows);
+          size_t out_row = row_bytes(buf, out_rows);
           std::vector<Message> messages;
           size_t in_at = 0, out_at = 0;
           for (size_t p = 0; p < in_rows.size(); p++) {
