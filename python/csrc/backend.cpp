@@ -439,7 +439,8 @@ WorkPtr HoopBackend::alltoall_base(at::Tensor& output, at::Tensor& input,
       split_rows(output_splits, output, n, "output");
   return start(
       main_, OpType::ALLTOALL_BASE, Stream::for_tensor(input, "alltoall"),
-      {output}, [output, input, in_rows, out_rows, equal](const CallContext& c) {
+      {output},
+      [output, input, in_rows, out_rows, equal](const CallContext& c) {
         at::Tensor src = input.contiguous();
         at::Tensor buf = output_buffer(output);
         // hoop's all-to-all reads its input while it writes its output, so

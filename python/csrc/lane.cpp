@@ -8,6 +8,15 @@
 
 namespace hoop_torch {
 
+namespace {
+
+// How long the lane's thread leaves a new item to a caller that may be
+// about to wait for it; the few microseconds from queueing a call to
+// Work.wait() in Python, with room for a descheduled caller.
+constexpr auto kHeadStart = std::chrono::microseconds(100);
+
+}  // namespace
+
 HoopWork::HoopWork(int rank, c10d::OpType type,
                    std::vector<at::Tensor> outputs, Body body,
                    const Stream& stream, std::weak_ptr<Lane> lane,
@@ -91,6 +100,7 @@ Lane::~Lane() {
 void Lane::submit(const c10::intrusive_ptr<HoopWork>& work) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    work->queued_ = std::chrono::steady_clock::now();
     queue_.push_back(work);
   }
   changed_.notify_all();
@@ -101,6 +111,7 @@ void Lane::wait(HoopWork* work, std::chrono::milliseconds timeout) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
   while (!work->done_) {
     if (!busy_ && !work->taken_ && !queue_.empty()) {
+      waiter_ran_last_ = true;
       run_front(lock);
     } else if (timeout == kNoTimeout) {
       changed_.wait(lock);
@@ -144,6 +155,17 @@ void Lane::loop() {
     });
     if (queue_.empty())
       return;  // stopping, and everything queued has run
+    // While callers wait for their calls at once (synchronous calls), the
+    // one that queued the front item is about to run it itself: starting
+    // it here would only add a hand-over.  Calls nobody waits for (DDP's
+    // buckets, waited for through their futures) start at once.
+    auto due = queue_.front()->queued_ + kHeadStart;
+    if (waiter_ran_last_ && !stop_ &&
+        std::chrono::steady_clock::now() < due) {
+      changed_.wait_until(lock, due);
+      continue;
+    }
+    waiter_ran_last_ = false;
     run_front(lock);
   }
 }

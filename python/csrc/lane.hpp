@@ -63,7 +63,9 @@ class HoopWork : public c10d::Work {
   int source_rank_;
   std::exception_ptr error_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
-  // Under the lane's mutex: taken off the queue to run, and finished.
+  // Under the lane's mutex: when it was queued, taken off the queue to
+  // run, and finished.
+  std::chrono::steady_clock::time_point queued_;
   bool taken_ = false;
   bool done_ = false;
 };
@@ -116,6 +118,8 @@ class Lane {
   std::deque<c10::intrusive_ptr<HoopWork>> queue_;
   bool busy_ = false;
   bool stop_ = false;
+  // Whether the last item run was run by a thread waiting for it.
+  bool waiter_ran_last_ = false;
   Opener opener_;
   hoop_comm_t comm_ = nullptr;
   std::exception_ptr open_error_;

@@ -62,7 +62,8 @@ hoop_dtype_t hoop_dtype(at::ScalarType type, const char* what) {
 template <typename S, typename = void>
 struct HasFactorList : std::false_type {};
 template <typename S>
-struct HasFactorList<S, std::void_t<decltype(std::declval<S&>().tensor_factors)>>
+struct HasFactorList<
+    S, std::void_t<decltype(std::declval<S&>().tensor_factors)>>
     : std::true_type {};
 
 template <typename S>
