@@ -71,6 +71,7 @@ def training(a, backend, model):
     if model == "cnn":
         argv += ["--limit", str(a.cnn_limit)]
     run = Run(f"{model} {backend}", RANKS, 0, argv)
+    run.load = os.getloadavg()[0]
     run.rc, run.stdout, run.stderr, run.seconds = execute(argv, a.timeout,
                                                           env(a))
     epochs = [json.loads(line) for line in run.stdout.splitlines()
@@ -169,10 +170,12 @@ def main():
                                     + "; ".join(run.problems))
                 else:
                     rates[model][backend].append(rate)
-                print(f"repeat {repeat} {run.peer}: {rate}", flush=True)
+                print(f"repeat {repeat} {run.peer}: {rate} (load "
+                      f"{run.load:.2f})", flush=True)
         for peer, argv in rotate(list(allreduce_commands(a).items()),
                                  repeat):
             run = Run(peer, RANKS, repeat, argv)
+            run.load = os.getloadavg()[0]
             run.rc, run.stdout, run.stderr, run.seconds = execute(
                 argv, a.timeout, env(a))
             parse_rows(run, in_place=True)
@@ -207,7 +210,8 @@ def main():
     parts += ["## Raw output of every run", ""]
     for r in runs:
         parts += [f"### {r.peer}, repeat {r.repeat}", "",
-                  f"`{shlex.join(r.argv)}`: exit {r.rc}, {r.seconds:.1f} s",
+                  f"`{shlex.join(r.argv)}`: exit {r.rc}, {r.seconds:.1f} s, "
+                  f"1-minute load average before it {r.load:.2f}",
                   "", fenced(r.stdout), ""]
     a.out.write_text("\n".join(parts))
     print(training_table(rates))
