@@ -42,6 +42,12 @@ hoop_dtype_t hoop_dtype(at::ScalarType type, const char* what) {
     case at::ScalarType::UInt64:
       return HOOP_U64;
 #endif
+#if HOOP_TORCH_AT_LEAST(2, 1)
+    case at::ScalarType::Float8_e4m3fn:
+      return HOOP_F8E4M3;
+    case at::ScalarType::Float8_e5m2:
+      return HOOP_F8E5M2;
+#endif
     case at::ScalarType::Half:
       return HOOP_F16;
     case at::ScalarType::BFloat16:
@@ -53,7 +59,9 @@ hoop_dtype_t hoop_dtype(at::ScalarType type, const char* what) {
     default:
       TORCH_CHECK(false, "hoop ", what, ": hoop cannot reduce ", type,
                   " tensors (it reduces int8, uint8, int32, int64, float16, "
-                  "bfloat16, float32, float64 and bool)");
+                  "bfloat16, float32, float64, bool, and from PyTorch 2.1 "
+                  "float8_e4m3fn and float8_e5m2, from 2.3 uint32 and "
+                  "uint64)");
   }
 }
 
