@@ -182,15 +182,16 @@ def commands(a, bins, ranks, hoop_algo="auto"):
     }
 
 
-def execute(argv, timeout):
-    """Runs argv in its own session so that a hung launcher and all the
-    ranks it started can be killed together, on timeout and also when this
-    script is stopped (no rank may outlive, say, emulated hosts' namespaces).
-    Returns (rc, out, err, seconds)."""
+def execute(argv, timeout, env=None):
+    """Runs argv (in `env`, else this environment) in its own session so
+    that a hung launcher and all the ranks it started can be killed
+    together, on timeout and also when this script is stopped (no rank may
+    outlive, say, emulated hosts' namespaces). Returns (rc, out, err,
+    seconds)."""
     t0 = time.monotonic()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, env=env)
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

@@ -5,7 +5,9 @@ A refactor must leave speed alone; this shows it. For each transport and
 repeat the two builds' hoop-bench run back to back (A B A B, shared/
 bench-method.md), each run's median time per size is kept, and per size the
 report gives each build's median over repeats and the after/before ratio
-(median and spread over repeats; below 1 is faster after). Exits non-zero
+(median and spread over repeats; below 1 is faster after), for the
+out-of-place and the in-place call of the same runs, and each build's
+out-of-place time over its in-place one. Exits non-zero
 if a run fails or reports #wrong > 0.
 
     /usr/bin/python3 bench/compare_builds.py --before /tmp/bold \\
@@ -46,44 +48,58 @@ def main():
     print(f"# compare_builds: before {a.before}, after {a.after}, "
           f"{a.ranks} ranks, {a.repeats} repeats of A B, "
           f"{a.iters} timed iterations per size")
-    print("| transport | size (B) | before (us) | after (us) "
-          "| after/before median | min-max over repeats |")
-    print("| --- | ---: | ---: | ---: | ---: | --- |")
+    print("# oop/ip: each build's out-of-place time over its in-place time "
+          "in the same run, median over repeats")
+    print("| transport | size (B) | placement | before (us) | after (us) "
+          "| after/before median | min-max over repeats "
+          "| oop/ip before | oop/ip after |")
+    print("| --- | ---: | --- | ---: | ---: | ---: | --- | ---: | ---: |")
     for transport in a.transports.split(","):
         for nbytes in sizes:
-            times = {"before": [], "after": []}
+            times = {(label, ip): [] for label in ("before", "after")
+                     for ip in (False, True)}
             for rep in range(a.repeats):
                 for label, build in (("before", a.before),
                                      ("after", a.after)):
                     argv = ["env", f"HOOP_TRANSPORT={transport}"] + \
                         bench_argv(build, a.ranks, nbytes, a.iters, a.warmup)
-                    run = Run(peer=label, ranks=a.ranks, repeat=rep, argv=argv)
-                    execute_into(run, argv)
-                    parse_rows(run, in_place=False)
-                    t = run.times.get(nbytes)
-                    if run.rc != 0 or t is None or run.problems:
-                        failed = True
-                        print(f"# {label} {transport} {nbytes}: rc {run.rc} "
-                              f"{run.problems} {run.stderr[-300:]}")
-                        continue
-                    times[label].append(t)
-            pairs = list(zip(times["before"], times["after"]))
-            if not pairs:
-                continue
-            ratios = [after / before for before, after in pairs]
-            print(f"| {transport} | {nbytes} | "
-                  f"{statistics.median(times['before']):.1f} | "
-                  f"{statistics.median(times['after']):.1f} | "
-                  f"{statistics.median(ratios):.3f} | "
-                  f"{min(ratios):.3f}-{max(ratios):.3f} |")
-            print("# raw before " + " ".join(f"{t:.1f}" for t in times["before"]))
-            print("# raw after  " + " ".join(f"{t:.1f}" for t in times["after"]))
+                    rc, out, err, seconds = execute(argv, timeout=600)
+                    got = {}
+                    for ip in (False, True):
+                        run = Run(peer=label, ranks=a.ranks, repeat=rep,
+                                  argv=argv, rc=rc, seconds=seconds,
+                                  stdout=out, stderr=err)
+                        parse_rows(run, in_place=ip)
+                        got[ip] = run.times.get(nbytes)
+                        if run.rc != 0 or got[ip] is None or run.problems:
+                            failed = True
+                            print(f"# {label} {transport} {nbytes}: rc "
+                                  f"{run.rc} {run.problems} "
+                                  f"{run.stderr[-300:]}")
+                    if None not in got.values():
+                        for ip in (False, True):
+                            times[(label, ip)].append(got[ip])
+            for ip in (False, True):
+                pairs = list(zip(times[("before", ip)], times[("after", ip)]))
+                if not pairs:
+                    continue
+                ratios = [after / before for before, after in pairs]
+                oop_ip = {label: statistics.median(
+                    o / i for o, i in zip(times[(label, False)],
+                                          times[(label, True)]))
+                    for label in ("before", "after")}
+                print(f"| {transport} | {nbytes} | "
+                      f"{'in-place' if ip else 'out-of-place'} | "
+                      f"{statistics.median(times[('before', ip)]):.1f} | "
+                      f"{statistics.median(times[('after', ip)]):.1f} | "
+                      f"{statistics.median(ratios):.3f} | "
+                      f"{min(ratios):.3f}-{max(ratios):.3f} | "
+                      f"{oop_ip['before']:.3f} | {oop_ip['after']:.3f} |")
+            for label in ("before", "after"):
+                for ip in (False, True):
+                    print(f"# raw {label} {'ip ' if ip else 'oop'} " +
+                          " ".join(f"{t:.1f}" for t in times[(label, ip)]))
     return 1 if failed else 0
-
-
-def execute_into(run, argv):
-    rc, out, err, seconds = execute(argv, timeout=600)
-    run.rc, run.seconds, run.stdout, run.stderr = rc, seconds, out, err
 
 
 if __name__ == "__main__":

@@ -106,7 +106,7 @@ int main(int argc, char **argv) {
   printf("# %12s %9s %6s %10s %10s %10s %10s %7s\n", "bytes", "dtype", "op",
          "copy_us", "copy_GBps", "reduce_us", "red_GBps", "ratio");
   const hoop_dtype_t types[] = {HOOP_F32, HOOP_BF16, HOOP_F16, HOOP_F64,
-                                HOOP_I32, HOOP_I8};
+                                HOOP_I32, HOOP_I8, HOOP_F8E4M3};
   const hoop_op_t ops[] = {HOOP_SUM, HOOP_MAX};
   for (size_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
     float copy_ms = median_ms(iters, 0, d, a, b, bytes, HOOP_F32, HOOP_SUM);

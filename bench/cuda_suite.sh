@@ -68,6 +68,22 @@ if [ "$mode" = bench ] || [ "$mode" = all ]; then
       echo "== hoop-train, 2 ranks, --device $device"; tail -3 "$out/train-2ranks-$device.txt"
     done
   fi
+  # PyTorch's own NCCL backend on hoop's libnccl.so.2 (2 and 4 processes
+  # on the one GPU), NVIDIA's NCCL beside it for 1 and 2 processes, and the
+  # NCCL layer's own cost on device buffers.
+  if python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
+    LD_PRELOAD=$build/lib/hoop/libnccl.so.2 python3 "$root/bench/nccl_torch.py" \
+      --nprocs 2 4 --hoop-bench "$bench" --hoop-run "$run" \
+      >"$out/nccl-torch-hoop.jsonl" 2>"$out/nccl-torch-hoop.err" || status=1
+    python3 "$root/bench/nccl_torch.py" --nprocs 1 2 \
+      >"$out/nccl-torch-nvidia.jsonl" 2>"$out/nccl-torch-nvidia.err" || true
+    grep -hE '"result": "(library|collectives|init)"' "$out"/nccl-torch-*.jsonl | cut -c1-300
+  fi
+  for m in host cuda; do
+    "$run" --no-prefix -n 2 "$build/bench/nccl-layer" -m $m \
+      >"$out/nccl-layer-2ranks-$m.txt" 2>&1 || status=1
+    tail -3 "$out/nccl-layer-2ranks-$m.txt"
+  done
   for transport in shm tcp; do
     for m in host cuda; do
       HOOP_TRANSPORT=$transport "$run" --no-prefix -n 2 "$bench" -m $m \

@@ -9,6 +9,33 @@
 
 #include "bench.h"
 
+/*
+ * OCP fp8 with `mbits` mantissa bits and exponent bias `bias`, rounded to
+ * nearest (nearbyint's default mode: ties to even).  The bench's values
+ * are positive, finite and far below the largest finite value, so there
+ * is no NaN, infinity or saturation to handle.  A subnormal's exponent
+ * field is 0 but its spacing that of exponent 1, hence the clamp; a count
+ * of 2^(mbits+1) carries into the next exponent by itself.
+ */
+static uint8_t fp8_from(double v, int mbits, int bias) {
+  uint8_t sign = v < 0 ? 0x80 : 0;
+  double a = fabs(v);
+  if (a == 0)
+    return sign;
+  int e;
+  frexp(a, &e); /* a = f * 2^e, 0.5 <= f < 1 */
+  int field = e - 1 + bias > 1 ? e - 1 + bias : 1;
+  double n = nearbyint(ldexp(a, mbits + bias - field));
+  return (uint8_t)(sign | (((field << mbits) + (int)n - (1 << mbits))));
+}
+
+static double fp8_to(uint8_t c, int mbits, int bias) {
+  int field = (c & 0x7f) >> mbits, m = c & ((1 << mbits) - 1);
+  double v = field ? ldexp((1 << mbits) + m, field - bias - mbits)
+                   : ldexp(m, 1 - bias - mbits);
+  return (c & 0x80) ? -v : v;
+}
+
 /* Exact small integers in any dtype; 16-bit floats by truncation. */
 void bench_store(void *buf, size_t i, hoop_dtype_t t, double v) {
   float f = (float)v;
@@ -32,6 +59,8 @@ void bench_store(void *buf, size_t i, hoop_dtype_t t, double v) {
     ((uint16_t *)buf)[i] = h;
     break;
   }
+  case HOOP_F8E4M3: ((uint8_t *)buf)[i] = fp8_from(v, 3, 7); break;
+  case HOOP_F8E5M2: ((uint8_t *)buf)[i] = fp8_from(v, 2, 15); break;
   default: break;
   }
 }
@@ -59,6 +88,8 @@ double bench_load(const void *buf, size_t i, hoop_dtype_t t) {
     double v = ldexp(m, e ? e - 15 : -14);
     return (h & 0x8000) ? -v : v;
   }
+  case HOOP_F8E4M3: return fp8_to(((const uint8_t *)buf)[i], 3, 7);
+  case HOOP_F8E5M2: return fp8_to(((const uint8_t *)buf)[i], 2, 15);
   default: return 0;
   }
 }
@@ -94,7 +125,8 @@ double bench_reduced(const struct bench_ref *ref, size_t i) {
     acc /= ref->nranks;
     /* Integer averages truncate, as hoop's kernels do. */
     if (ref->dtype != HOOP_F32 && ref->dtype != HOOP_F64 &&
-        ref->dtype != HOOP_F16 && ref->dtype != HOOP_BF16)
+        ref->dtype != HOOP_F16 && ref->dtype != HOOP_BF16 &&
+        ref->dtype != HOOP_F8E4M3 && ref->dtype != HOOP_F8E5M2)
       acc = trunc(acc);
   }
   return acc;

@@ -183,7 +183,8 @@ static void usage(void) {
          "  colls: allreduce (default) reducescatter allgather broadcast "
          "reduce alltoall\n"
          "  dtypes: int8 uint8 int32 uint32 int64 uint64 half float double "
-         "bfloat16\n  ops: sum prod min max avg (reductions only)\n"
+         "bfloat16\n          float8e4m3 float8e5m2\n"
+         "  ops: sum prod min max avg (reductions only)\n"
          "  -r: root of broadcast and reduce (default 0)\n"
          "  algos: auto; ring tree ps (allreduce); ring tree (broadcast, "
          "reduce); ring (reducescatter, allgather)\n"
@@ -393,15 +394,33 @@ static int corrupt_rank(const struct ctx *c) {
   return c->opt.coll->result_elems(&last) > 0 ? last.rank : c->opt.root;
 }
 
+/*
+ * Relative tolerance of the check.  fp8 keeps 4 (E4M3) or 3 (E5M2)
+ * significant bits: inputs above 16 or 8 round when stored, and each
+ * addition rounds by up to half an ulp of its partial sum, so a sum over
+ * N ranks may be off by N half-ulps of the result (and on many ranks that
+ * admits almost anything: its check is a sanity check).  Products
+ * saturate at 448 or 57344 past a few ranks.
+ */
+static double tolerance(hoop_dtype_t t, int nranks) {
+  switch (t) {
+  case HOOP_F16:
+  case HOOP_BF16: return 1e-2;
+  case HOOP_F8E4M3: return nranks / 16.0;
+  case HOOP_F8E5M2: return nranks / 8.0;
+  default: return 1e-6;
+  }
+}
+
 static long long count_wrong(const struct ctx *c, const void *buf) {
   hoop_dtype_t t = c->opt.dtype;
-  int coarse = t == HOOP_F16 || t == HOOP_BF16;
+  double rel = tolerance(t, c->nranks);
   size_t n = c->opt.coll->result_elems(&c->ref);
   long long wrong = 0;
   for (size_t i = 0; i < n; i++) {
     double want = c->opt.coll->expected(&c->ref, i);
     double got = bench_load(buf, i, t);
-    double tol = coarse ? fabs(want) * 1e-2 : fabs(want) * 1e-6;
+    double tol = fabs(want) * rel;
     if (!(fabs(got - want) <= tol))
       wrong++;
   }

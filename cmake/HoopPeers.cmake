@@ -55,3 +55,91 @@ else()
     set(HOOP_TORCH_SUMMARY "not found: ${HOOP_PYTHON3} cannot import torch (${torch_error}; apt-get install python3-torch)")
   endif()
 endif()
+
+# The torch.distributed backend (python/) builds like a PyTorch extension:
+# PyTorch's C++ headers (Debian: libtorch-dev), pybind11 (pybind11-dev) and
+# Python's headers, all for the python3 above (setup.py passes its own as
+# HOOP_PYTHON3).  Sets HOOP_HAVE_TORCH_BACKEND, HOOP_TORCH_BACKEND_SUMMARY
+# and, when built, HOOP_TORCH_* for python/CMakeLists.txt.
+set(HOOP_ENABLE_TORCH AUTO CACHE STRING
+    "Build the torch.distributed backend (python/): AUTO, ON or OFF")
+set(HOOP_HAVE_TORCH_BACKEND 0)
+set(HOOP_TORCH_CUDA 0)
+if(HOOP_ENABLE_TORCH STREQUAL "OFF")
+  set(HOOP_TORCH_BACKEND_SUMMARY "not built (HOOP_ENABLE_TORCH=OFF)")
+elseif(NOT HOOP_HAVE_TORCH)
+  set(HOOP_TORCH_BACKEND_SUMMARY "not built: no PyTorch (see PyTorch)")
+else()
+  execute_process(
+    COMMAND ${HOOP_PYTHON3} -c [=[
+import os, sysconfig, torch
+here = os.path.dirname(torch.__file__)
+for line in (os.path.join(here, "include"), os.path.join(here, "lib"),
+             sysconfig.get_paths()["include"],
+             sysconfig.get_config_var("EXT_SUFFIX"),
+             int(torch._C._GLIBCXX_USE_CXX11_ABI),
+             getattr(torch._C, "_PYBIND11_COMPILER_TYPE", ""),
+             getattr(torch._C, "_PYBIND11_STDLIB", ""),
+             getattr(torch._C, "_PYBIND11_BUILD_ABI", ""),
+             torch.version.cuda or ""):
+    print(line)
+]=]
+    RESULT_VARIABLE probe_status OUTPUT_VARIABLE probe_out
+    ERROR_QUIET TIMEOUT 60)
+  string(REPLACE "\n" ";" probe_out "${probe_out}")
+  list(LENGTH probe_out probe_lines)
+  if(NOT probe_status EQUAL 0 OR probe_lines LESS 9)
+    set(HOOP_TORCH_BACKEND_SUMMARY "not built: ${HOOP_PYTHON3} could not say how torch was built")
+  else()
+    list(GET probe_out 0 torch_include)
+    list(GET probe_out 1 torch_libdir)
+    list(GET probe_out 2 python_include)
+    list(GET probe_out 3 HOOP_TORCH_EXT_SUFFIX)
+    list(GET probe_out 4 HOOP_TORCH_CXX11_ABI)
+    list(GET probe_out 5 HOOP_TORCH_PYBIND11_COMPILER)
+    list(GET probe_out 6 HOOP_TORCH_PYBIND11_STDLIB)
+    list(GET probe_out 7 HOOP_TORCH_PYBIND11_ABI)
+    list(GET probe_out 8 torch_cuda)
+    # pip's torch carries pybind11 in its include directory; Debian's
+    # does not (pybind11-dev).
+    find_path(HOOP_TORCH_C10D_INCLUDE torch/csrc/distributed/c10d/Store.hpp
+              PATHS ${torch_include} NO_DEFAULT_PATH)
+    find_path(HOOP_PYBIND11_INCLUDE pybind11/pybind11.h HINTS ${torch_include})
+    find_path(HOOP_PYTHON_INCLUDE Python.h PATHS ${python_include} NO_DEFAULT_PATH)
+    set(HOOP_TORCH_LIBRARIES)
+    foreach(lib c10 torch torch_cpu torch_python)
+      find_library(HOOP_TORCH_LIB_${lib} ${lib} PATHS ${torch_libdir} NO_DEFAULT_PATH)
+      list(APPEND HOOP_TORCH_LIBRARIES ${HOOP_TORCH_LIB_${lib}})
+    endforeach()
+    if(NOT HOOP_TORCH_C10D_INCLUDE)
+      set(HOOP_TORCH_BACKEND_SUMMARY "not built: no PyTorch C++ headers in ${torch_include} (apt-get install libtorch-dev)")
+    elseif(NOT HOOP_PYBIND11_INCLUDE)
+      set(HOOP_TORCH_BACKEND_SUMMARY "not built: no pybind11 headers (apt-get install pybind11-dev)")
+    elseif(NOT HOOP_PYTHON_INCLUDE)
+      set(HOOP_TORCH_BACKEND_SUMMARY "not built: no Python.h in ${python_include} (apt-get install python3-dev)")
+    elseif(NOT HOOP_TORCH_LIB_torch_python)
+      set(HOOP_TORCH_BACKEND_SUMMARY "not built: no libtorch_python in ${torch_libdir}")
+    else()
+      set(HOOP_HAVE_TORCH_BACKEND 1)
+      set(HOOP_TORCH_INCLUDE_DIRS ${torch_include}
+          ${torch_include}/torch/csrc/api/include ${HOOP_PYBIND11_INCLUDE}
+          ${HOOP_PYTHON_INCLUDE})
+      set(torch_devices "CPU tensors")
+      # CUDA tensors need hoop's CUDA build and a PyTorch built with CUDA.
+      if(HOOP_HAVE_CUDA AND NOT torch_cuda STREQUAL "")
+        find_library(HOOP_TORCH_LIB_c10_cuda c10_cuda PATHS ${torch_libdir} NO_DEFAULT_PATH)
+        find_library(HOOP_TORCH_LIB_torch_cuda torch_cuda PATHS ${torch_libdir} NO_DEFAULT_PATH)
+        if(HOOP_TORCH_LIB_c10_cuda AND HOOP_TORCH_LIB_torch_cuda)
+          set(HOOP_TORCH_CUDA 1)
+          list(APPEND HOOP_TORCH_LIBRARIES ${HOOP_TORCH_LIB_c10_cuda}
+               ${HOOP_TORCH_LIB_torch_cuda})
+          set(torch_devices "CPU and CUDA tensors")
+        endif()
+      endif()
+      set(HOOP_TORCH_BACKEND_SUMMARY "hoop_torch in python/ for torch ${torch_version}, ${torch_devices}")
+    endif()
+  endif()
+endif()
+if(HOOP_ENABLE_TORCH STREQUAL "ON" AND NOT HOOP_HAVE_TORCH_BACKEND)
+  message(FATAL_ERROR "HOOP_ENABLE_TORCH=ON but the backend cannot be built: ${HOOP_TORCH_BACKEND_SUMMARY}")
+endif()

@@ -63,6 +63,14 @@ typedef enum hoop_dtype {
   HOOP_F32 = 7,
   HOOP_F64 = 8,
   HOOP_BF16 = 9,
+  /* OCP 8-bit floats.  E4M3 is the "fn" variant: no infinities, NaN only
+     as 0x7f/0xff, largest finite 448.  E5M2 is IEEE-like (infinities,
+     NaNs), largest finite 57344.  Each combination is computed in float
+     and rounded once to nearest even, saturating: a result past the
+     largest finite value, infinity included, becomes that value
+     (docs/api.md, "Element types"). */
+  HOOP_F8E4M3 = 10,
+  HOOP_F8E5M2 = 11,
   HOOP_DTYPE_COUNT
 } hoop_dtype_t;
 
@@ -178,6 +186,13 @@ HOOP_API const char *hoop_last_error(void);
  * communicator (docs/security.md).
  */
 HOOP_API hoop_result_t hoop_get_unique_id(hoop_unique_id_t *id);
+
+/*
+ * Gives up an id that will not be used after all: the process that made it
+ * stops listening for it.  Ids that a communicator was made from need no
+ * release; elsewhere it does nothing.
+ */
+HOOP_API hoop_result_t hoop_unique_id_release(const hoop_unique_id_t *id);
 
 /*
  * Joins communicator `id` as `rank` of `nranks`.  Blocks until every rank

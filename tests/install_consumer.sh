@@ -145,6 +145,21 @@ done
 check_linkage pc-static "$tmp/pc-static" static
 run_consumer pc-static "$tmp/pc-static"
 
+# An NCCL program against the installed NCCL API: nccl.h in include/hoop,
+# libnccl.so.2 in lib/hoop, nowhere a real NCCL's would be.
+ncclh=$(find "$prefix" -name nccl.h -print -quit)
+nccllib=$(find "$prefix" -name libnccl.so.2 -print -quit)
+[ "$(basename "$(dirname "$ncclh")")" = hoop ] ||
+  fail "nccl.h is not installed in include/hoop: '$ncclh'"
+[ "$(basename "$(dirname "$nccllib")")" = hoop ] ||
+  fail "libnccl.so.2 is not installed in lib/hoop: '$nccllib'"
+"$cc" "${warn[@]}" "$src/nccl_consumer.c" -I"$(dirname "$ncclh")" \
+  -L"$(dirname "$nccllib")" -lnccl -Wl,-rpath,"$(dirname "$nccllib")" \
+  -o "$tmp/nccl-consumer" || fail "nccl-consumer: building failed"
+out=$("$tmp/nccl-consumer" 2>&1) ||
+  { echo "$out" >&2; fail "nccl-consumer failed"; }
+grep -q "sums right" <<<"$out" || fail "nccl-consumer: $out"
+
 # The installed programs: hoop-info's model rows, hoop-bench's checked rows.
 out=$(run2 "$bindir/hoop-info" 2>&1) ||
   { echo "$out" >&2; fail "hoop-run -n 2 hoop-info failed"; }

@@ -274,6 +274,26 @@ INSTANTIATE_TEST_SUITE_P(Algos, LargeAllReduce,
                                            Param{3, HOOP_ALGO_PS}),
                          param_name);
 
+// Ranks may differ in placement.  A large out-of-place ring all-reduce
+// sums its last reduce-scatter step in the outbox and copies it out (AVG
+// divides in the slot first) while its in-place neighbours sum in recv;
+// the wire must not tell them apart.
+TEST(MixedPlacement, LargeRingAllReduceAvgOddRanksOutOfPlace) {
+  RunOptions opt;
+  opt.timeout_s = 240;
+  RunResult r = run_ranks(
+      3,
+      [](RankLog &log, hoop_comm_t comm, int rank, int nranks) {
+        RANK_EXPECT_OK(log, comm, hoop_comm_set_algo(comm, HOOP_ALGO_RING));
+        const size_t count = (8u << 20) / sizeof(float) + 3;
+        run_case(log, comm, rank, nranks,
+                 {Coll::AllReduce, HOOP_F32, HOOP_AVG, count, rank % 2 == 0,
+                  0, false, 78});
+      },
+      opt);
+  EXPECT_TRUE(r.all_ok()) << describe(r);
+}
+
 TEST(AlgoSelection, UnselectableAlgorithmsAreRejectedAndCommStaysUsable) {
   RunResult r = run_ranks(2, [](RankLog &log, hoop_comm_t comm, int,
                                 int nranks) {

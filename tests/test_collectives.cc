@@ -204,7 +204,8 @@ TEST_P(Collectives, LargeFloatSum) {
 TEST(CollectivesNaN, PropagatesThroughSumMinMax) {
   RunResult r = run_ranks(
       3, [](RankLog &log, hoop_comm_t comm, int rank, int nranks) {
-        for (hoop_dtype_t t : {HOOP_F16, HOOP_F32, HOOP_F64, HOOP_BF16}) {
+        for (hoop_dtype_t t : {HOOP_F16, HOOP_F32, HOOP_F64, HOOP_BF16,
+                               HOOP_F8E4M3, HOOP_F8E5M2}) {
           for (hoop_op_t op : {HOOP_SUM, HOOP_PROD, HOOP_MIN, HOOP_MAX}) {
             std::vector<char> buf(100 * 8);
             for (size_t i = 0; i < 100; i++)

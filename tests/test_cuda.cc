@@ -2,13 +2,15 @@
 // test_reduce checks against independent references), and every collective
 // on device buffers against reference.h, with N ranks as processes sharing
 // the machine's GPU, ordered on each rank's stream; and, without a GPU, the
-// CUDA IPC schedules' traffic accounting against the cost model.
+// CUDA IPC schedules' traffic accounting against the cost model, and the
+// host's fp8 narrowing against cuda_fp8.h's (which the device kernels use).
 //
 // Without a GPU every GPU case skips with the reason.  The probe runs in a
 // child process: a parent that initialised CUDA could not fork ranks that
 // use it.
 #include <gtest/gtest.h>
 
+#include <cuda_fp8.h>
 #include <cuda_runtime_api.h>
 
 #include <atomic>
@@ -83,9 +85,15 @@ void random_bits(std::vector<char> &buf, hoop_dtype_t t, std::mt19937_64 &rng) {
           0xfff0000000000000ull, 0x8000000000000000ull, 0, 1,
           0x000fffffffffffffull, 0x7fefffffffffffffull,
           0x7ff0000000000001ull};
+      // E4M3 has no infinity: its 448 and 256 stand in.
+      static const uint64_t e4m3[] = {0x7f, 0x7e, 0x78, 0x80, 0, 1,
+                                      0x07, 0x08, 0x38};
+      static const uint64_t e5m2[] = {0x7e, 0x7c, 0x7b, 0x80, 0, 1,
+                                      0x03, 0x04, 0x7d};
       size_t k = rng() % 9;
       bits = t == HOOP_F16 ? f16[k] : t == HOOP_BF16 ? bf16[k]
-           : t == HOOP_F32 ? f32[k] : f64[k];
+           : t == HOOP_F32 ? f32[k] : t == HOOP_F8E4M3 ? e4m3[k]
+           : t == HOOP_F8E5M2 ? e5m2[k] : f64[k];
       bits |= (rng() & 1) ? (1ull << (esz * 8 - 1)) : 0;
     } else if (is_float(t)) {
       // Keep most values in a range where sums and products stay finite.
@@ -105,6 +113,8 @@ bool is_nan_bits(const char *p, hoop_dtype_t t) {
   switch (t) {
   case HOOP_F16: return (b & 0x7fff) > 0x7c00;
   case HOOP_BF16: return (b & 0x7fff) > 0x7f80;
+  case HOOP_F8E4M3: return (b & 0x7f) == 0x7f;
+  case HOOP_F8E5M2: return (b & 0x7f) > 0x7c;
   case HOOP_F32: return (b & 0x7fffffff) > 0x7f800000;
   case HOOP_F64: return (b & 0x7fffffffffffffffull) > 0x7ff0000000000000ull;
   default: return false;
@@ -183,15 +193,62 @@ TEST_P(CudaKernels, MatchHostKernelsBitForBit) {
   CUDA_OK(cudaFree(dev));
 }
 
+// Scaling with the scalar in the kernel's arguments and read from device
+// memory, against the host's hoop__reduce_scale.
+TEST_P(CudaKernels, ScaleMatchesHostWithHostAndDeviceScalars) {
+  REQUIRE_GPU();
+  hoop_dtype_t t = (hoop_dtype_t)GetParam();
+  size_t esz = hoop_dtype_size(t);
+  std::mt19937_64 rng(5678 + GetParam());
+  const size_t counts[] = {1, 7, 17, 1000, 65537};
+  const size_t most = 65537 + 1;
+  char *dev = nullptr;
+  CUDA_OK(cudaMalloc((void **)&dev, 2 * most * esz + esz));
+  char *dscalar = dev + 2 * most * esz;
+  for (size_t count : counts) {
+    for (size_t off : {(size_t)0, (size_t)1}) {
+      for (bool in_place : {false, true}) {
+        for (int on_device = 0; on_device < 2; on_device++) {
+          std::vector<char> src(count * esz), want(count * esz),
+              got(count * esz), scalar(esz);
+          random_bits(src, t, rng);
+          random_bits(scalar, t, rng);
+          hoop__reduce_scale(want.data(), src.data(), count, t,
+                             scalar.data());
+          char *ds = dev + off * esz, *dd = in_place ? ds : ds + most * esz;
+          CUDA_OK(cudaMemcpy(ds, src.data(), src.size(),
+                             cudaMemcpyHostToDevice));
+          CUDA_OK(cudaMemcpy(dscalar, scalar.data(), esz,
+                             cudaMemcpyHostToDevice));
+          ASSERT_EQ(hoop__cuda_reduce_scale(
+                        dd, ds, count, t,
+                        on_device ? (const void *)dscalar : scalar.data(),
+                        on_device, nullptr),
+                    0);
+          CUDA_OK(cudaMemcpy(got.data(), dd, got.size(),
+                             cudaMemcpyDeviceToHost));
+          size_t first = 0, bad = differing(got, want, t, &first);
+          EXPECT_EQ(bad, 0u) << hoop_dtype_name(t) << " count " << count
+                             << " offset " << off
+                             << (in_place ? " in place" : "")
+                             << (on_device ? " device scalar" : " host scalar")
+                             << ": first difference at " << first;
+        }
+      }
+    }
+  }
+  CUDA_OK(cudaFree(dev));
+}
+
 // The n-source kernel of the CUDA IPC transport, against the host kernels
-// applied source by source in the same order.  fp16/bf16 combine in fp32
-// and round once, so their reference is the fp32 host kernel on the
+// applied source by source in the same order.  fp16/bf16/fp8 combine in
+// fp32 and round once, so their reference is the fp32 host kernel on the
 // widened inputs, rounded at the end.
 TEST_P(CudaKernels, ReduceManyMatchesHostInSourceOrder) {
   REQUIRE_GPU();
   hoop_dtype_t t = (hoop_dtype_t)GetParam();
   size_t esz = hoop_dtype_size(t);
-  bool half = t == HOOP_F16 || t == HOOP_BF16;
+  bool half = t == HOOP_F16 || t == HOOP_BF16 || is_fp8(t);
   std::mt19937_64 rng(4321 + GetParam());
   const size_t counts[] = {0, 1, 7, 9, 17, 1000, 65537};
   const size_t most = 65537 + 1;
@@ -259,6 +316,46 @@ TEST_P(CudaKernels, ReduceManyMatchesHostInSourceOrder) {
                                    nullptr),
             0);
   CUDA_OK(cudaFree(dev));
+}
+
+// reduce.c narrows fp8 with its own code; the device kernels call
+// cuda_fp8.h's __nv_cvt_float_to_fp8 with __NV_SATFINITE.  Both must give
+// the same byte for every float that decides something: each pattern of
+// sign, exponent and top 7 mantissa bits (every fp8 tie among them) with
+// the low 16 bits zero, just above zero, and just below the next pattern,
+// plus a random sample.  Runs on the host: no GPU needed.
+TEST(CudaFp8, HostNarrowingMatchesCudaFp8Header) {
+  auto check = [](uint32_t bits) {
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    uint8_t e4 = __nv_cvt_float_to_fp8(f, __NV_SATFINITE, __NV_E4M3);
+    uint8_t e5 = __nv_cvt_float_to_fp8(f, __NV_SATFINITE, __NV_E5M2);
+    EXPECT_EQ(e4, hoop__f32_to_e4m3(f)) << std::hex << "E4M3 f=0x" << bits;
+    EXPECT_EQ(e5, hoop__f32_to_e5m2(f)) << std::hex << "E5M2 f=0x" << bits;
+  };
+  for (uint32_t hi = 0; hi < 0x10000u && !HasFailure(); hi++) {
+    for (uint32_t lo : {0x0000u, 0x0001u, 0xffffu})
+      check(hi << 16 | lo);
+  }
+  std::mt19937_64 rng(0xf8cda);
+  for (int i = 0; i < (1 << 20) && !HasFailure(); i++)
+    check((uint32_t)rng());
+}
+
+TEST(CudaFp8, HostWideningMatchesCudaFp8Header) {
+  for (int c = 0; c < 256; c++) {
+    for (__nv_fp8_interpretation_t kind : {__NV_E4M3, __NV_E5M2}) {
+      float want = __half2float(
+          __half(__nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)c, kind)));
+      float got = kind == __NV_E4M3 ? hoop__e4m3_to_f32((uint8_t)c)
+                                    : hoop__e5m2_to_f32((uint8_t)c);
+      if (std::isnan(want))
+        EXPECT_TRUE(std::isnan(got)) << "code " << c;
+      else
+        EXPECT_EQ(0, memcmp(&want, &got, sizeof got))
+            << "code " << c << ": " << want << " vs " << got;
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -29,11 +29,13 @@ const fs::path kSource = HOOP_SOURCE_DIR;
 const fs::path kBuild = HOOP_BUILD_DIR;
 
 // A command run here: the regexes its output must match, and a program
-// it needs, without which it is reported as not run instead of failing.
+// it needs, without which it is reported as not run instead of failing;
+// likewise when it needs a part this build lacks (`built` false).
 struct RunHere {
   std::string command;
   std::vector<std::string> expect;
   std::string needs;
+  bool built = true;
 };
 
 // A command too slow or too demanding to run here (it installs packages,
@@ -80,6 +82,14 @@ const std::vector<RunHere> &runs() {
       {"build/tools/hoop-run -n 2 build/example-allreduce", ranks_correct(2),
        ""},
       {"mpirun -np 2 build/example-allreduce", ranks_correct(2), "mpirun"},
+      // The torch backend's example: one epoch over the whole training
+      // set, on two ranks.
+      {"PYTHONPATH=build/python torchrun --standalone --nproc_per_node 2 "
+       "--redirects 2 --tee 2 docs/examples/ddp_mnist.py --backend hoop "
+       "--epochs 1",
+       {"epoch 1: loss [0-9.]+, test accuracy 0\\.[0-9]+, [0-9]+ samples/s "
+        "\\(hoop, 2 ranks\\)"},
+       "torchrun", HOOP_TORCH_BACKEND != 0},
       {"HOOP_AUTH_TOKEN=$(od -vAn -N16 -tx1 /dev/urandom | tr -d ' \\n') "
        "torchrun --standalone --nproc_per_node 2 --no_python --redirects 2 "
        "--tee 2 build/example-allreduce",
@@ -108,6 +118,12 @@ const std::vector<Elsewhere> &elsewhere() {
       {"cmake --build build",
        "tools/quickstart.sh",
        {"cmake --build \"$build\""}},
+      {"python3 -m venv --system-site-packages ~/hoop-venv",
+       "tests/torch/pip_install.sh",
+       {"-m venv --system-site-packages"}},
+      {"~/hoop-venv/bin/pip install --no-build-isolation ./python",
+       "tests/torch/pip_install.sh",
+       {"/bin/pip\" install", "--no-build-isolation \"$src/python\""}},
   };
   return list;
 }
@@ -297,6 +313,10 @@ TEST(Readme, CommandsRunAndPrintWhatTheReadmeSays) {
       not_run.push_back(command + " (no " + r->needs + ")");
       continue;
     }
+    if (!r->built) {
+      not_run.push_back(command + " (not in this build)");
+      continue;
+    }
     // A script file keeps the command's own quoting away from ours.
     fs::path script = scratch.dir() / "readme-command.sh";
     std::ofstream(script) << command << "\n";
@@ -315,7 +335,7 @@ TEST(Readme, CommandsRunAndPrintWhatTheReadmeSays) {
     std::string list;
     for (const std::string &c : not_run)
       list += "\n  " + c;
-    GTEST_SKIP() << "not run, for want of a program:" << list;
+    GTEST_SKIP() << "not run, for want of a program or a part:" << list;
   }
 }
 
@@ -338,7 +358,7 @@ std::vector<std::string> relative_links(const std::string &markdown) {
 TEST(Readme, RelativeLinksNameFilesThatExist) {
   for (const char *doc : {"README.md", "docs/performance.md",
                           "docs/training.md", "docs/api.md",
-                          "docs/architecture.md"}) {
+                          "docs/architecture.md", "docs/torch.md"}) {
     fs::path path = kSource / doc;
     ASSERT_TRUE(fs::exists(path)) << doc;
     std::vector<std::string> targets = relative_links(slurp(path));

@@ -2,9 +2,10 @@
 //
 // Every expected value comes from an implementation independent of the
 // library: plain C++ integer arithmetic through __int128, the host's float
-// and double arithmetic, the compiler's _Float16 for fp16, and a bfloat16
-// reference written here from the format's definition.  Comparisons are
-// bit-for-bit, except that any NaN matches any NaN.
+// and double arithmetic, the compiler's _Float16 for fp16, a bfloat16
+// reference written here from the format's definition, and reference.h's
+// fp8 codec (tested in test_fp8.cc).  Comparisons are bit-for-bit, except
+// that any NaN matches any NaN in the types that have more than one.
 
 #include <gtest/gtest.h>
 
@@ -26,6 +27,8 @@ extern "C" {
 #include "hoop.h"
 #include "reduce/reduce.h"
 }
+
+#include "reference.h"
 
 namespace {
 
@@ -114,7 +117,8 @@ const DtypeInfo kDtypes[] = {
     {HOOP_I8, "I8", 1},   {HOOP_U8, "U8", 1},     {HOOP_I32, "I32", 4},
     {HOOP_U32, "U32", 4}, {HOOP_I64, "I64", 8},   {HOOP_U64, "U64", 8},
     {HOOP_F16, "F16", 2}, {HOOP_F32, "F32", 4},   {HOOP_F64, "F64", 8},
-    {HOOP_BF16, "BF16", 2},
+    {HOOP_BF16, "BF16", 2}, {HOOP_F8E4M3, "F8E4M3", 1},
+    {HOOP_F8E5M2, "F8E5M2", 1},
 };
 
 const DtypeInfo &Info(hoop_dtype_t dtype)
@@ -259,6 +263,15 @@ void RefCombine(hoop_dtype_t dtype, hoop_op_t op, const uint8_t *x,
     Store(out, RefF32ToBf16(r));
     break;
   }
+  case HOOP_F8E4M3:
+  case HOOP_F8E5M2: {
+    // Sums and products of two fp8 values are exact in double, so this
+    // rounds the exact result once.
+    double r = RefFloat(op, hooptest::fp8_decode(Load<uint8_t>(x), dtype),
+                        hooptest::fp8_decode(Load<uint8_t>(y), dtype));
+    Store(out, hooptest::fp8_encode(r, dtype));
+    break;
+  }
   default:
     break;
   }
@@ -389,6 +402,23 @@ class Gen {
       else
         h = static_cast<uint16_t>(Bits(Moderate()) >> 16);
       Store(out, h);
+      break;
+    }
+    case HOOP_F8E4M3:
+    case HOOP_F8E5M2: {
+      // Zeros, ones, the largest finite, the smallest subnormal, E5M2's
+      // infinities and the NaNs.
+      static const uint8_t specials[] = {0x00, 0x80, 0x7f, 0xff, 0x01,
+                                         0x81, 0x7e, 0xfe, 0x7b, 0xfb,
+                                         0x7c, 0xfc, 0x38, 0x3c, 0x7d};
+      uint8_t c;
+      if (kind < 2)
+        c = specials[Below(std::size(specials))];
+      else if (kind < 8)
+        c = static_cast<uint8_t>(Bits64());
+      else  // sums and products of these stay mostly in range
+        c = hooptest::fp8_encode(std::ldexp(Moderate(), -2), dtype);
+      Store(out, c);
       break;
     }
     default:
@@ -830,6 +860,12 @@ std::vector<FloatCase> FloatCases()
       {HOOP_BF16,
        {0x7fc0, 0xffc0, 0x7f81, 0xff81, 0x7fbf},
        {0x0000, 0x8000, 0x3f80, 0xbf80, 0x7f80, 0xff80, 0x7f7f, 0x0001}},
+      {HOOP_F8E4M3,
+       {0x7f, 0xff},
+       {0x00, 0x80, 0x38, 0xb8, 0x7e, 0xfe, 0x77, 0x01}},
+      {HOOP_F8E5M2,
+       {0x7e, 0xfe, 0x7d, 0xfd, 0x7f},
+       {0x00, 0x80, 0x3c, 0xbc, 0x7c, 0xfc, 0x7b, 0x01}},
   };
 }
 
@@ -840,6 +876,9 @@ bool IsQuietNan(hoop_dtype_t dtype, const uint8_t *p)
   case HOOP_F64: return IsQuietNanF64(Load<double>(p));
   case HOOP_F16: return IsQuietNanHalf(Load<uint16_t>(p));
   case HOOP_BF16: return IsQuietNanBf16(Load<uint16_t>(p));
+  // One NaN for every fp8 result, quiet in E5M2 (top mantissa bit set).
+  case HOOP_F8E4M3:
+  case HOOP_F8E5M2: return Load<uint8_t>(p) == 0x7f;
   default: return false;
   }
 }
@@ -893,6 +932,8 @@ TEST(SignedZero, MinPrefersMinusZeroMaxPlusZero)
       {HOOP_F64, 0x0000000000000000, 0x8000000000000000},
       {HOOP_F16, 0x0000, 0x8000},
       {HOOP_BF16, 0x0000, 0x8000},
+      {HOOP_F8E4M3, 0x00, 0x80},
+      {HOOP_F8E5M2, 0x00, 0x80},
   };
   for (const auto &c : cases) {
     size_t es = Info(c.dtype).size;
@@ -1020,7 +1061,7 @@ TEST(Div, FloatsRoundOnce)
   const int divisors[] = {1, 2, 3, 5, 7, 8, 10, 100, 1000};
   for (const DtypeInfo &d : kDtypes) {
     hoop_dtype_t dt = d.dtype;
-    if (dt != HOOP_F32 && dt != HOOP_F64 && dt != HOOP_F16 && dt != HOOP_BF16)
+    if (!hooptest::is_float(dt))
       continue;
     const size_t n = 4099;
     std::vector<uint8_t> in(n * d.size);
@@ -1042,9 +1083,14 @@ TEST(Div, FloatsRoundOnce)
           Store(w, static_cast<_Float16>(Load<_Float16>(x) /
                                          static_cast<_Float16>(divisor)));
           break;
-        default:
+        case HOOP_BF16:
           Store(w, RefF32ToBf16(RefBf16ToF32(Load<uint16_t>(x)) /
                                 static_cast<float>(divisor)));
+          break;
+        default:  // fp8: double's quotient rounds the same as the exact one
+          Store(w, hooptest::fp8_encode(
+                       hooptest::fp8_decode(Load<uint8_t>(x), dt) / divisor,
+                       dt));
           break;
         }
       }
@@ -1081,6 +1127,101 @@ TEST(Div, FloatSpecials)
   EXPECT_EQ(0x0000, bf[3]);
 }
 
+// ---- Scaling (pre-multiplied sums) ---------------------------------------
+
+// Every element times the scalar is a PROD of the two, so the reference is
+// RefCombine's PROD with the scalar as the second operand.
+TEST(Scale, EveryDtypeMatchesProdWithTheScalar)
+{
+  for (const DtypeInfo &d : kDtypes) {
+    SCOPED_TRACE(d.name);
+    Gen gen(0x5ca1e000u + d.dtype);
+    for (size_t count : {size_t{1}, size_t{7}, size_t{1000}, size_t{4099}}) {
+      SCOPED_TRACE("count " + std::to_string(count));
+      std::vector<uint8_t> src(count * d.size), scalar(d.size);
+      for (size_t i = 0; i < count; i++)
+        gen.Element(d.dtype, &src[i * d.size]);
+      gen.Element(d.dtype, scalar.data());
+      std::vector<uint8_t> want(src.size());
+      for (size_t i = 0; i < count; i++)
+        RefCombine(d.dtype, HOOP_PROD, &src[i * d.size], scalar.data(),
+                   &want[i * d.size]);
+      std::vector<uint8_t> scalars(src.size());
+      for (size_t i = 0; i < count; i++)
+        std::copy(scalar.begin(), scalar.end(), &scalars[i * d.size]);
+      {
+        SCOPED_TRACE("out of place");
+        Guarded gs(count, d.size, 1), gd(count, d.size, 2);
+        gs.Set(src);
+        hoop__reduce_scale(gd.data(), gs.data(), count, d.dtype,
+                           scalar.data());
+        EXPECT_TRUE(Matches(d.dtype, gd.data(), want, src, scalars));
+        EXPECT_TRUE(gd.GuardsIntact());
+        EXPECT_TRUE(gs.Holds(src)) << "src modified";
+      }
+      {
+        SCOPED_TRACE("in place");
+        Guarded g(count, d.size, 3);
+        g.Set(src);
+        hoop__reduce_scale(g.data(), g.data(), count, d.dtype,
+                           scalar.data());
+        EXPECT_TRUE(Matches(d.dtype, g.data(), want, src, scalars));
+        EXPECT_TRUE(g.GuardsIntact());
+      }
+    }
+  }
+}
+
+// The scalar may be an element of the buffer being scaled in place: it is
+// read before the first element is written.
+TEST(Scale, ScalarInsideTheBufferIsReadFirst)
+{
+  for (const DtypeInfo &d : kDtypes) {
+    Gen gen(0x5ca1e100u + d.dtype);
+    const size_t count = 100;
+    std::vector<uint8_t> src(count * d.size), want(src.size());
+    for (size_t i = 0; i < count; i++)
+      gen.Element(d.dtype, &src[i * d.size]);
+    for (size_t i = 0; i < count; i++)
+      RefCombine(d.dtype, HOOP_PROD, &src[i * d.size], &src[0],
+                 &want[i * d.size]);
+    std::vector<uint8_t> buf = src;
+    hoop__reduce_scale(buf.data(), buf.data(), count, d.dtype, buf.data());
+    std::vector<uint8_t> scalars(src.size());
+    for (size_t i = 0; i < count; i++)
+      std::copy(src.begin(), src.begin() + d.size, &scalars[i * d.size]);
+    EXPECT_TRUE(Matches(d.dtype, buf.data(), want, src, scalars)) << d.name;
+  }
+}
+
+TEST(Scale, KnownValues)
+{
+  int8_t i8[] = {100, -128, 3};
+  int8_t k8 = -2;
+  hoop__reduce_scale(i8, i8, 3, HOOP_I8, &k8);
+  EXPECT_EQ(56, i8[0]);  // -200 wraps to 56
+  EXPECT_EQ(0, i8[1]);   // 256 wraps to 0
+  EXPECT_EQ(-6, i8[2]);
+  uint64_t u64[] = {UINT64_MAX}, k64 = 3;
+  hoop__reduce_scale(u64, u64, 1, HOOP_U64, &k64);
+  EXPECT_EQ(UINT64_MAX - 2, u64[0]);
+  double f64[] = {1.5, -0.0}, kd = 0.25, f64_out[2];
+  hoop__reduce_scale(f64_out, f64, 2, HOOP_F64, &kd);
+  EXPECT_EQ(0.375, f64_out[0]);
+  EXPECT_TRUE(f64_out[1] == 0 && std::signbit(f64_out[1]));
+  // 1/8 scaling in E4M3: 448 / 8 = 56 exactly; 3 * 2^-9 / 8 is below half
+  // the smallest subnormal and flushes to a signed zero.
+  uint8_t e4[] = {0x7e, 0x83}, k_e4 = 0x20;  // 0x20 = 2^-3
+  hoop__reduce_scale(e4, e4, 2, HOOP_F8E4M3, &k_e4);
+  EXPECT_EQ(0x66, e4[0]);  // 56 = 1.75 * 2^5
+  EXPECT_EQ(0x80, e4[1]);
+  // E5M2: 57344 * 2 saturates rather than overflowing to infinity.
+  uint8_t e5[] = {0x7b, 0xbc}, k_e5 = 0x40;  // 0x40 = 2
+  hoop__reduce_scale(e5, e5, 2, HOOP_F8E5M2, &k_e5);
+  EXPECT_EQ(0x7b, e5[0]);
+  EXPECT_EQ(0xc0, e5[1]);  // -1 * 2 = -2
+}
+
 // ---- Arguments the callers should have rejected ---------------------------
 
 TEST(InvalidArguments, DoNothing)
@@ -1094,6 +1235,7 @@ TEST(InvalidArguments, DoNothing)
   for (hoop_dtype_t dt : bad_dtypes) {
     hoop__reduce(d, a, b, 4, dt, HOOP_SUM);
     hoop__reduce_div(d, 4, dt, 2);
+    hoop__reduce_scale(d, a, 4, dt, b);
   }
   for (hoop_op_t op : bad_ops)
     hoop__reduce(d, a, b, 4, HOOP_I32, op);
@@ -1104,6 +1246,7 @@ TEST(InvalidArguments, DoNothing)
   // A zero count never touches the pointers.
   hoop__reduce(nullptr, nullptr, nullptr, 0, HOOP_F32, HOOP_SUM);
   hoop__reduce_div(nullptr, 0, HOOP_F32, 2);
+  hoop__reduce_scale(nullptr, nullptr, 0, HOOP_F32, nullptr);
 }
 
 }  // namespace

@@ -23,6 +23,26 @@ extern "C" {
 #include "core/types.h"
 }
 
+// The fp8 names follow NCCL's enum (ncclFloat8e4m3), as "bfloat16" does
+// ncclBfloat16; hoop-bench's -d takes these names.
+TEST(Names, EveryDtypeHasItsOwnNameAndASize) {
+  for (int t = 0; t < HOOP_DTYPE_COUNT; t++) {
+    const char *name = hoop_dtype_name((hoop_dtype_t)t);
+    ASSERT_NE(name, nullptr) << t;
+    EXPECT_STRNE(name, "invalid-dtype") << t;
+    EXPECT_NE(hoop_dtype_size((hoop_dtype_t)t), 0u) << name;
+    for (int u = 0; u < t; u++)
+      EXPECT_STRNE(name, hoop_dtype_name((hoop_dtype_t)u)) << t << " " << u;
+  }
+  EXPECT_STREQ(hoop_dtype_name(HOOP_F8E4M3), "float8e4m3");
+  EXPECT_STREQ(hoop_dtype_name(HOOP_F8E5M2), "float8e5m2");
+  EXPECT_EQ(hoop_dtype_size(HOOP_F8E4M3), 1u);
+  EXPECT_EQ(hoop_dtype_size(HOOP_F8E5M2), 1u);
+  EXPECT_EQ(hoop_dtype_size(HOOP_BF16), 2u);
+  EXPECT_STREQ(hoop_dtype_name(HOOP_DTYPE_COUNT), "invalid-dtype");
+  EXPECT_EQ(hoop_dtype_size(HOOP_DTYPE_COUNT), 0u);
+}
+
 TEST(Names, EveryAlgorithmHasItsOwnName) {
   for (int a = 0; a < HOOP_ALGO_COUNT; a++) {
     std::string name = hoop_algo_name((hoop_algo_t)a);

@@ -31,8 +31,11 @@ packages=(build-essential cmake ninja-build pkg-config libgtest-dev
 # The tests also check that hoop programs run unchanged under Open MPI's
 # mpirun (which needs its headers for the MPI peer bench) and PyTorch's
 # torchrun, build emulated hosts with network namespaces (ip, tc, ping),
-# and fuzz the parsers with clang's libFuzzer.
+# and build and test the torch.distributed backend (PyTorch's C++ headers,
+# pybind11; python3-venv for the test of its pip install), and fuzz the
+# parsers with clang's libFuzzer.
 [ "$mode" = test ] && packages+=(openmpi-bin libopenmpi-dev python3-torch
+                                 libtorch-dev pybind11-dev python3-venv
                                  iproute2 iputils-ping procps clang
                                  libclang-rt-dev)
 

@@ -1,7 +1,10 @@
 #!/usr/bin/python3
 """gloo collectives (torch.distributed, CPU float32, SUM where they reduce),
 measured the way hoop measures itself (shared/bench-method.md), for
-bench/compare_allreduce.py and bench/compare_peers.py.
+bench/compare_allreduce.py and bench/compare_peers.py. --backend hoop
+times the same calls through hoop's torch.distributed backend (hoop_torch,
+found on PYTHONPATH), for bench/torch_vs_gloo.py; --device cuda puts the
+tensors on each rank's GPU and waits for the GPU after each call.
 
 -C picks the collective as hoop-bench's -C does: allreduce (default),
 reducescatter, allgather, broadcast, reduce (root 0), alltoall. Sizes,
@@ -70,6 +73,8 @@ def parse_args(argv):
     p.add_argument("-n", type=int, default=20, dest="iters")
     p.add_argument("-w", type=int, default=5, dest="warmup")
     p.add_argument("-c", type=int, default=1, choices=(0, 1), dest="check")
+    p.add_argument("--backend", choices=("gloo", "hoop"), default="gloo")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     a = p.parse_args(argv)
     if a.nprocs < 1 or a.factor < 2 or a.iters < 1 or a.warmup < 0:
         p.error("need --nprocs >= 1, -f >= 2, -n >= 1, -w >= 0")
@@ -155,7 +160,8 @@ class Call:
             return torch.full_like(self.result, total)
         if self.coll == "broadcast":
             return torch.full_like(self.result, 1.0)
-        block = torch.arange(n, dtype=torch.float32).repeat_interleave(per)
+        block = torch.arange(n, dtype=torch.float32,
+                             device=self.result.device).repeat_interleave(per)
         if self.coll == "allgather":
             return block + 1
         return block * n + self.rank + 1  # alltoall
@@ -187,6 +193,7 @@ def time_calls(call, a):
         dist.barrier()
         t0 = time.perf_counter()  # CLOCK_MONOTONIC on Linux
         call()
+        a.sync()
         times[i] = (time.perf_counter() - t0) * 1e6
     dist.all_reduce(times, op=dist.ReduceOp.MAX)
     t = sorted(times.tolist())
@@ -214,8 +221,9 @@ def group(c, timing, wrong):
 
 def print_header(a, nranks):
     reduces = " sum" if a.coll in REDUCES else ""
-    print(f"# gloo_bench: torch {torch.__version__} gloo {a.coll} "
-          f"float32{reduces}, {nranks} ranks, CPU tensors, 1 torch thread")
+    print(f"# gloo_bench: torch {torch.__version__} {a.backend} {a.coll} "
+          f"float32{reduces}, {nranks} ranks, {a.device.upper()} tensors, "
+          "1 torch thread")
     print(f"# sizes {a.min_bytes}..{a.max_bytes} x{a.factor}, warm-up "
           f"{a.warmup}, iterations {a.iters}, check {'on' if a.check else 'off'}")
     print("# time: median over iterations of the max over ranks; "
@@ -258,10 +266,19 @@ def rank_main(rank, a, port):
     # Keep gloo on loopback, as Open MPI is kept with btl_tcp_if_include lo.
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method="env://",
+    if a.backend == "hoop":
+        import hoop_torch  # noqa: F401  (registers the backend)
+    device = torch.device("cpu")
+    a.sync = lambda: None
+    if a.device == "cuda":
+        device = torch.device("cuda", rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+        a.sync = torch.cuda.synchronize
+    dist.init_process_group(a.backend, init_method="env://",
                             timeout=datetime.timedelta(minutes=5))
     nranks = dist.get_world_size()
-    buf = {k: torch.empty(a.max_bytes // 4, dtype=torch.float32)
+    buf = {k: torch.empty(a.max_bytes // 4, dtype=torch.float32,
+                          device=device)
            for k in ("in", "out")}
     if rank == 0:
         print_header(a, nranks)
@@ -272,7 +289,7 @@ def rank_main(rank, a, port):
             raise
         if rank == 0:
             print(f"gloo_bench: {a.coll}: not supported by torch "
-                  f"{torch.__version__}'s gloo: {e}", file=sys.stderr,
+                  f"{torch.__version__}'s {a.backend}: {e}", file=sys.stderr,
                   flush=True)
         sys.exit(UNSUPPORTED)
     dist.destroy_process_group()

@@ -127,12 +127,17 @@ static int channels_for(const struct hoop_comm *comm, size_t bytes) {
  * How many slices each ring step may run ahead of the next.  Slices that
  * are only copied or reduced into the result need no buffer, so then a
  * step may run a whole chunk ahead; forwarded slices wait in the outbox,
- * whose budget (HOOP_PIPELINE_BYTES) bounds the depth.
+ * whose budget (HOOP_PIPELINE_BYTES) bounds the depth.  All-reduce's
+ * FINAL sums are sent on too, and are bounded like them on every rank
+ * (the depth is in the header; whether a rank's call is in place is not):
+ * with a whole chunk of lag, 2 ranks sent each sum after it had left the
+ * caches and read it back from memory (callgrind's cache model: 0.5 of
+ * the buffer more read per call).
  */
-static size_t pipeline_depth(const struct hoop_comm *comm, int forwards) {
-  if (forwards == 0)
+static size_t pipeline_depth(const struct hoop_comm *comm, int sent_on) {
+  if (sent_on == 0)
     return UINT32_MAX;
-  size_t per_tick = (size_t)forwards * comm->slice_bytes;
+  size_t per_tick = (size_t)sent_on * comm->slice_bytes;
   size_t ticks = comm->pipeline_bytes / per_tick;
   return ticks > 2 ? ticks - 1 : 1;
 }
@@ -142,9 +147,18 @@ static hoop_result_t build_ring(struct hoop_plan *plan,
   struct hoop_comm *comm = plan->comm;
   int n = comm->nranks;
   int nch = channels_for(comm, c->bytes);
+  int allreduce = c->coll == HOOP_COLL_ALLREDUCE;
   int forwards = c->coll == HOOP_COLL_ALLGATHER ? 0 : n - 2;
-  size_t depth = pipeline_depth(comm, forwards);
-  size_t slots = hoop__ring_outbox_slots(c->coll, n, depth);
+  size_t depth = pipeline_depth(comm, allreduce ? n - 1 : forwards);
+  /*
+   * A sum written straight into an out-of-place recv too large for the
+   * caches first reads each line of it in (in place, the local operand
+   * just brought it in): it goes to the outbox instead, and on to recv
+   * around the caches.
+   */
+  int final_via_outbox = allreduce && plan->cold && c->send != c->recv;
+  size_t slots = hoop__ring_outbox_slots(c->coll, n, depth,
+                                         final_via_outbox);
   char *outbox = NULL;
   plan->header.nchannels = (uint16_t)nch;
   plan->header.depth = (uint32_t)(depth < UINT32_MAX ? depth : UINT32_MAX);
@@ -160,6 +174,7 @@ static hoop_result_t build_ring(struct hoop_plan *plan,
       .recv = c->recv,
       .slice_bytes = c->slice_bytes,
       .depth = depth,
+      .final_via_outbox = final_via_outbox,
       .outbox = outbox,
       .outbox_slots = slots,
   };

@@ -44,9 +44,10 @@ enum hoop_ring_action hoop__ring_action(hoop_coll_t coll, int n,
   return step < n - 2 ? HOOP_RING_FORWARD : HOOP_RING_FINAL;
 }
 
-size_t hoop__ring_outbox_slots(hoop_coll_t coll, int n, size_t depth) {
-  int forwards = coll == HOOP_COLL_ALLGATHER ? 0 : n - 2;
-  return forwards > 0 ? (depth + 1) * (size_t)forwards : 0;
+size_t hoop__ring_outbox_slots(hoop_coll_t coll, int n, size_t depth,
+                               int final_via_outbox) {
+  int users = (coll == HOOP_COLL_ALLGATHER ? 0 : n - 2) + final_via_outbox;
+  return users > 0 ? (depth + 1) * (size_t)users : 0;
 }
 
 /* Elements [*off, *off + *len) of chunk i that channel `ch` carries. */
@@ -77,6 +78,7 @@ struct ring_channel {
   int send_link, recv_link;
   struct ring_step *steps; /* [nsteps + 1]: out-step k sends steps[k] */
   int nsteps;
+  int final_via_outbox;
   char *outbox;
   size_t slots, next_slot;
   int32_t *slot_reader; /* send op that last read each slot */
@@ -106,13 +108,15 @@ static hoop_result_t add_slice(struct hoop_plan *plan,
     recv.kind = HOOP_OP_RECV_REDUCE;
     recv.src = in->local + at;
     recv.finish_avg = in->action == HOOP_RING_FINAL && plan->op == HOOP_AVG;
-    if (in->action == HOOP_RING_FINAL) {
+    if (in->action == HOOP_RING_FINAL && !rc->final_via_outbox) {
       recv.dst = in->dst + at;
     } else {
       /* Outbox slots are reused in turn, once their last send is done. */
       slot = rc->next_slot++ % rc->slots;
       recv.dst = rc->outbox + slot * slice;
       recv.after = rc->slot_reader[slot];
+      if (in->action == HOOP_RING_FINAL)
+        recv.copy_to = in->dst + at;
     }
   }
   int32_t recv_id;
@@ -124,7 +128,7 @@ static hoop_result_t add_slice(struct hoop_plan *plan,
                          .after = HOOP_NO_OP, .key = send_key};
   int32_t send_id;
   HOOP_CHECK(hoop__plan_op(plan, rc->send_link, &send, &send_id));
-  if (in->action == HOOP_RING_FORWARD)
+  if (in->action == HOOP_RING_FORWARD || recv.copy_to != NULL)
     rc->slot_reader[slot] = send_id;
   return HOOP_SUCCESS;
 }
@@ -198,7 +202,8 @@ hoop_result_t hoop__ring_build(struct hoop_plan *plan,
                                const struct hoop_ring_call *call) {
   struct hoop_comm *comm = plan->comm;
   int n = comm->nranks, r = comm->rank;
-  struct ring_channel rc = {.nsteps = hoop__ring_nsteps(call->coll, n)};
+  struct ring_channel rc = {.nsteps = hoop__ring_nsteps(call->coll, n),
+                            .final_via_outbox = call->final_via_outbox};
   hoop_result_t res = HOOP_SUCCESS;
   rc.slots = call->outbox_slots;
   rc.steps = calloc((size_t)rc.nsteps + 1, sizeof *rc.steps);

@@ -43,15 +43,24 @@ struct hoop_ring_call {
   char *recv;
   size_t slice_bytes;
   size_t depth;       /* ticks a step may run ahead of the step it feeds */
-  char *outbox;       /* nchannels * outbox_slots slices, for FORWARD */
+  /*
+   * All-reduce's FINAL step reduces into the outbox, sends from there and
+   * copies the sum into recv around the caches: for out-of-place calls too
+   * large for the caches, whose recv is not the local operand already
+   * read in.
+   */
+  int final_via_outbox;
+  char *outbox;       /* nchannels * outbox_slots slices */
   size_t outbox_slots;
 };
 
 /*
- * Slices the ring's forwarding steps keep in the outbox per channel: one
- * tick more than `depth`, for every forwarding step.
+ * Slices the ring keeps in the outbox per channel: one tick more than
+ * `depth`, for every forwarding step and, with final_via_outbox, the
+ * FINAL step.
  */
-size_t hoop__ring_outbox_slots(hoop_coll_t coll, int n, size_t depth);
+size_t hoop__ring_outbox_slots(hoop_coll_t coll, int n, size_t depth,
+                               int final_via_outbox);
 
 /* Adds this rank's ring ops for every channel to the plan. */
 hoop_result_t hoop__ring_build(struct hoop_plan *plan,

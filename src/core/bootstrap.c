@@ -85,6 +85,12 @@ hoop_result_t hoop__uid_create(const struct hoop_addr *root,
   return HOOP_SUCCESS;
 }
 
+void hoop__uid_release(uint64_t comm_id) {
+  int fd = adopt_root_listener(comm_id);
+  if (fd >= 0)
+    close(fd);
+}
+
 hoop_result_t hoop__uid_parse(const hoop_unique_id_t *id,
                               struct hoop_uid *uid) {
   memcpy(uid, id->internal, sizeof *uid);

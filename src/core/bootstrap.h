@@ -41,6 +41,9 @@ hoop_result_t hoop__uid_create(const struct hoop_addr *root,
                                const struct hoop_auth_key *key,
                                struct hoop_uid *uid);
 
+/* Closes the listener kept for `comm_id`, if this process holds it. */
+void hoop__uid_release(uint64_t comm_id);
+
 /* Reads and checks the id a user handed in. */
 hoop_result_t hoop__uid_parse(const hoop_unique_id_t *id,
                               struct hoop_uid *uid);

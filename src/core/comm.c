@@ -373,6 +373,16 @@ hoop_result_t hoop_get_unique_id(hoop_unique_id_t *id) {
   return hoop__unique_id(&iface, id);
 }
 
+hoop_result_t hoop_unique_id_release(const hoop_unique_id_t *id) {
+  if (id == NULL)
+    return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
+                      "hoop_unique_id_release: id is NULL");
+  struct hoop_uid uid;
+  HOOP_CHECK(hoop__uid_parse(id, &uid));
+  hoop__uid_release(uid.comm_id);
+  return HOOP_SUCCESS;
+}
+
 hoop_result_t hoop_comm_init_rank(hoop_comm_t *comm, int nranks,
                                   const hoop_unique_id_t *id, int rank,
                                   const hoop_config_t *config) {

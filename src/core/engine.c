@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/comm.h"
+#include "core/copy.h"
 #include "core/error.h"
 #include "core/types.h"
 #include "core/wire.h"
@@ -230,6 +231,8 @@ static hoop_result_t recv_reduce(struct hoop_plan *p, struct hoop_link *l,
     hoop__reduce(dst, in, o->src + o->done, m / esz, p->dtype, p->op);
     if (o->finish_avg)
       hoop__reduce_div(dst, m / esz, p->dtype, p->comm->nranks);
+    if (o->copy_to != NULL)
+      hoop__copy_cold(o->copy_to + o->done, dst, m);
     l->conn->ops->release(l->conn, m);
     in = (const char *)in + m;
     avail -= m;

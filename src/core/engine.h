@@ -84,6 +84,13 @@ struct hoop_plan_op {
   uint32_t bytes;     /* at most one slice */
   const char *src;    /* SEND: the bytes; RECV_REDUCE: the local operand */
   char *dst;          /* RECV_*: where the result goes */
+  /*
+   * RECV_REDUCE: the result is also copied here, around the caches.  A
+   * ring reduces a large out-of-place result into a slot it sends from,
+   * which stays in cache, and so writes the caller's buffer without first
+   * reading each line of it in.
+   */
+  char *copy_to;
   int32_t feed;       /* SEND: op producing src (forwarded as it goes) */
   int32_t after;      /* op that must be complete before this starts */
   uint32_t done;      /* bytes sent, or received and processed */
@@ -128,7 +135,8 @@ static_assert(sizeof(struct hoop_plan_key) == 56,
 
 /*
  * From this many bytes per call, data received into the caller's buffer
- * is written around the caches (where the transport copies it): a call
+ * is written around the caches (where the transport copies it, and a
+ * ring's out-of-place sums, through copy_to): a call
  * this large evicts most of its own output before it is read again (a
  * ring that forwards a received slice reads it back from memory instead
  * of cache, and still gains), and writing through the cache first reads

@@ -17,6 +17,7 @@ static const struct {
     [HOOP_I64] = {"int64", 8},     [HOOP_U64] = {"uint64", 8},
     [HOOP_F16] = {"half", 2},      [HOOP_F32] = {"float", 4},
     [HOOP_F64] = {"double", 8},    [HOOP_BF16] = {"bfloat16", 2},
+    [HOOP_F8E4M3] = {"float8e4m3", 1}, [HOOP_F8E5M2] = {"float8e5m2", 1},
 };
 
 static const char *const op_names[HOOP_OP_COUNT] = {

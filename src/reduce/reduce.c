@@ -21,10 +21,11 @@
  *
  * Results are bit-exact whatever the optimiser does: every float operation
  * is a single IEEE operation in the default rounding mode (round to
- * nearest even), which hoop assumes throughout.  The fp16 conversions never
- * produce an f32 subnormal and give the same answer when they are fed one
- * as zero, so a caller that enabled flush-to-zero or denormals-are-zero
- * still gets exact fp16 results.
+ * nearest even), which hoop assumes throughout.  The fp16 and fp8
+ * conversions never produce an f32 subnormal and give the same answer when
+ * they are fed one as zero, and no fp8 sum, product or quotient by a rank
+ * count is an f32 subnormal, so a caller that enabled flush-to-zero or
+ * denormals-are-zero still gets exact fp16 and fp8 results.
  */
 #include "reduce/reduce.h"
 
@@ -191,6 +192,119 @@ uint16_t hoop__f32_to_bf16(float f)
   return f32_to_bf16_inline(f);
 }
 
+/* ---- fp8 conversions -------------------------------------------------- */
+
+/*
+ * Every fp8 value is exact in float (and never an f32 subnormal), so
+ * widening only rebiases.  E4M3 has no infinities: exponent 15 holds the
+ * normal numbers 256..448, and only the all-ones code (0x7f, 0xff) is NaN.
+ * Subnormals (m * 2^-9) use the fp16 widening's trick: build the normal
+ * float 2^-6 * (1 + m/8) and subtract 2^-6 in every lane.
+ */
+static inline float e4m3_to_f32_inline(uint8_t b)
+{
+  uint32_t sign = ((uint32_t)b & 0x80u) << 24;
+  /* Exponent and mantissa, already in their f32 positions. */
+  int32_t em = (int32_t)(((uint32_t)b & 0x7fu) << 20);
+  int32_t nan = em == 0x07f00000 ? -1 : 0;
+  int32_t sub = em < 0x00800000 ? -1 : 0;
+  int32_t bias = (120 << 23) + (sub & (1 << 23));
+  float mag = f32_from_bits((uint32_t)(em + bias)) -
+              f32_from_bits((uint32_t)sub & 0x3c800000u);
+  /* The NaN code widens to 480 (0x43f00000); OR-ing in a quiet NaN's bits
+     leaves a quiet NaN. */
+  return f32_from_bits(f32_bits(mag) | ((uint32_t)nan & 0x7fc00000u) | sign);
+}
+
+/*
+ * E5M2 is the upper byte of an IEEE binary16: same sign, same 5-bit
+ * exponent and bias, the top 2 of its 10 mantissa bits.
+ */
+static inline float e5m2_to_f32_inline(uint8_t b)
+{
+  return f16_to_f32_inline((uint16_t)((uint32_t)b << 8));
+}
+
+/*
+ * Float to fp8, rounded to nearest even and saturating, as CUDA's
+ * __nv_cvt_float_to_fp8(x, __NV_SATFINITE, ...) and the cvt.rn.satfinite
+ * instruction do, so that host and device kernels agree bit for bit:
+ * magnitudes past the largest finite value, infinities included, become
+ * that value with their sign; every NaN becomes 0x7f.  Saturating is also
+ * what NCCL's fp8 reductions do (they convert through cuda_fp8.h's
+ * saturating constructors), and the only choice for E4M3, which has no
+ * infinity to overflow to.
+ *
+ * The constants describe the format: `max` and `min_normal` as f32 bits,
+ * `drop` the f32 mantissa bits it lacks (23 - 3 or 23 - 2), `rebias`
+ * (127 - bias) << (its mantissa bits), and `magic` a float whose ulp is the
+ * format's smallest subnormal.  The steps are those of f32_to_f16_inline().
+ */
+static inline uint8_t f32_to_fp8(float f, uint32_t max, uint32_t min_normal,
+                                 uint32_t magic, int drop, uint32_t rebias)
+{
+  uint32_t x = f32_bits(f);
+  int32_t ax = (int32_t)(x & 0x7fffffffu);
+  /*
+   * Clamping first gives the saturated result: every magnitude above the
+   * largest finite value would round to it or past it.  The compare also
+   * sends NaNs to the maximum, keeping them out of the arithmetic; they
+   * are patched last.
+   */
+  float fa = f32_from_bits((uint32_t)ax);
+  float fmax = f32_from_bits(max);
+  fa = fa < fmax ? fa : fmax;
+  /*
+   * Below the smallest normal the result is a multiple of the smallest
+   * subnormal: adding `magic` makes the FPU round to that multiple, ties
+   * to even, and leaves the count in the low mantissa bits (up to the
+   * smallest normal's code, which follows the subnormals).
+   */
+  uint32_t tiny = ax < (int32_t)min_normal ? 0xffffffffu : 0u;
+  uint32_t tb = f32_bits(fa + f32_from_bits(tiny & magic));
+  uint32_t sub = tb - magic;
+  /* Normal range: round the dropped bits to nearest even, then rebias. */
+  uint32_t half = (1u << (drop - 1)) - 1u;
+  uint32_t norm = ((tb + half + ((tb >> drop) & 1u)) >> drop) - rebias;
+  uint32_t r = (sub & tiny) | (norm & ~tiny) | ((x >> 24) & 0x80u);
+  uint32_t nan = ax > 0x7f800000 ? 0xffffffffu : 0u;
+  return (uint8_t)((r & ~nan) | (nan & 0x7fu));
+}
+
+/* 448 = 0x43e00000, 2^-6 = 0x3c800000, 2^14 (ulp 2^-9) = 0x46800000. */
+static inline uint8_t f32_to_e4m3_inline(float f)
+{
+  return f32_to_fp8(f, 0x43e00000u, 0x3c800000u, 0x46800000u, 20,
+                    120u << 3);
+}
+
+/* 57344 = 0x47600000, 2^-14 = 0x38800000, 2^7 (ulp 2^-16) = 0x43000000. */
+static inline uint8_t f32_to_e5m2_inline(float f)
+{
+  return f32_to_fp8(f, 0x47600000u, 0x38800000u, 0x43000000u, 21,
+                    112u << 2);
+}
+
+float hoop__e4m3_to_f32(uint8_t b)
+{
+  return e4m3_to_f32_inline(b);
+}
+
+uint8_t hoop__f32_to_e4m3(float f)
+{
+  return f32_to_e4m3_inline(f);
+}
+
+float hoop__e5m2_to_f32(uint8_t b)
+{
+  return e5m2_to_f32_inline(b);
+}
+
+uint8_t hoop__f32_to_e5m2(float f)
+{
+  return f32_to_e5m2_inline(f);
+}
+
 /* ---- Floating-point MIN and MAX --------------------------------------- */
 
 /*
@@ -291,10 +405,15 @@ static inline double max_f64(double x, double y)
   X(HOOP_F32, f32, float, min_f32, max_f32)                                   \
   X(HOOP_F64, f64, double, min_f64, max_f64)
 
-/* 16-bit floats stored as uint16_t and combined in float: X(dtype, tag). */
-#define HALF_TYPES_(X)                                                        \
-  X(HOOP_F16, f16)                                                            \
-  X(HOOP_BF16, bf16)
+/*
+ * Floats narrower than float, stored as their bits (T) and combined in
+ * float: X(dtype, tag, T).
+ */
+#define NARROW_TYPES_(X)                                                      \
+  X(HOOP_F16, f16, uint16_t)                                                  \
+  X(HOOP_BF16, bf16, uint16_t)                                                \
+  X(HOOP_F8E4M3, e4m3, uint8_t)                                               \
+  X(HOOP_F8E5M2, e5m2, uint8_t)
 
 #define INT_KERNELS_(dtype, tag, T, U, D)                                     \
   KERNEL_(tag##_sum, T, (T)((U)x + (U)y))                                     \
@@ -310,26 +429,26 @@ static inline double max_f64(double x, double y)
 
 /*
  * One float operation and one rounding.  Float has more than twice the
- * precision of fp16 and bf16, plus two bits (24 >= 2 * 11 + 2), so the
+ * precision of these formats, plus two bits (24 >= 2 * 11 + 2), so the
  * rounding to float is harmless: the result is the exactly rounded one.
  */
-#define HALF_KERNELS_(dtype, tag)                                             \
-  KERNEL_(tag##_sum, uint16_t,                                                \
+#define NARROW_KERNELS_(dtype, tag, T)                                        \
+  KERNEL_(tag##_sum, T,                                                       \
           f32_to_##tag##_inline(tag##_to_f32_inline(x) +                      \
                                 tag##_to_f32_inline(y)))                      \
-  KERNEL_(tag##_prod, uint16_t,                                               \
+  KERNEL_(tag##_prod, T,                                                      \
           f32_to_##tag##_inline(tag##_to_f32_inline(x) *                      \
                                 tag##_to_f32_inline(y)))                      \
-  KERNEL_(tag##_min, uint16_t,                                                \
+  KERNEL_(tag##_min, T,                                                       \
           f32_to_##tag##_inline(min_f32(tag##_to_f32_inline(x),               \
                                         tag##_to_f32_inline(y))))             \
-  KERNEL_(tag##_max, uint16_t,                                                \
+  KERNEL_(tag##_max, T,                                                       \
           f32_to_##tag##_inline(max_f32(tag##_to_f32_inline(x),               \
                                         tag##_to_f32_inline(y))))
 
 INT_TYPES_(INT_KERNELS_)
 FLOAT_TYPES_(FLOAT_KERNELS_)
-HALF_TYPES_(HALF_KERNELS_)
+NARROW_TYPES_(NARROW_KERNELS_)
 
 typedef void (*kernel_fn)(void *dst, const void *a, const void *b, size_t n);
 
@@ -344,11 +463,12 @@ typedef void (*kernel_fn)(void *dst, const void *a, const void *b, size_t n);
   },
 #define INT_ROW_(dtype, tag, T, U, D) KERNEL_ROW_(dtype, tag)
 #define FLOAT_ROW_(dtype, tag, T, MIN, MAX) KERNEL_ROW_(dtype, tag)
+#define NARROW_ROW_(dtype, tag, T) KERNEL_ROW_(dtype, tag)
 
 static const kernel_fn kernels[HOOP_DTYPE_COUNT][HOOP_OP_COUNT] = {
   INT_TYPES_(INT_ROW_)
   FLOAT_TYPES_(FLOAT_ROW_)
-  HALF_TYPES_(KERNEL_ROW_)
+  NARROW_TYPES_(NARROW_ROW_)
 };
 
 void hoop__reduce(void *dst, const void *a, const void *b, size_t count,
@@ -403,10 +523,10 @@ typedef void (*div_fn)(void *buf, size_t n, int divisor);
  * In float, like the kernels: exactly rounded as long as the divisor is
  * exact in float, which a rank count (far below 2^24) is.
  */
-#define HALF_DIV_(dtype, tag)                                                 \
+#define NARROW_DIV_(dtype, tag, T)                                            \
   static void tag##_div(void *buf_, size_t n, int divisor)                    \
   {                                                                           \
-    uint16_t *p = buf_;                                                       \
+    T *p = buf_;                                                              \
     float dv = (float)divisor;                                                \
     for (size_t i = 0; i < n; i++)                                            \
       p[i] = f32_to_##tag##_inline(tag##_to_f32_inline(p[i]) / dv);           \
@@ -414,16 +534,17 @@ typedef void (*div_fn)(void *buf, size_t n, int divisor);
 
 INT_TYPES_(INT_DIV_)
 FLOAT_TYPES_(FLOAT_DIV_)
-HALF_TYPES_(HALF_DIV_)
+NARROW_TYPES_(NARROW_DIV_)
 
 #define DIV_ROW_(dtype, tag) [dtype] = tag##_div,
 #define INT_DIV_ROW_(dtype, tag, T, U, D) DIV_ROW_(dtype, tag)
 #define FLOAT_DIV_ROW_(dtype, tag, T, MIN, MAX) DIV_ROW_(dtype, tag)
+#define NARROW_DIV_ROW_(dtype, tag, T) DIV_ROW_(dtype, tag)
 
 static const div_fn dividers[HOOP_DTYPE_COUNT] = {
   INT_TYPES_(INT_DIV_ROW_)
   FLOAT_TYPES_(FLOAT_DIV_ROW_)
-  HALF_TYPES_(DIV_ROW_)
+  NARROW_TYPES_(NARROW_DIV_ROW_)
 };
 
 void hoop__reduce_div(void *buf, size_t count, hoop_dtype_t dtype,
@@ -436,4 +557,74 @@ void hoop__reduce_div(void *buf, size_t count, hoop_dtype_t dtype,
   if ((unsigned)dtype >= HOOP_DTYPE_COUNT || divisor < 1 || count == 0)
     return;
   dividers[dtype](buf, count, divisor);
+}
+
+/* ---- Scaling for pre-multiplied sums ---------------------------------- */
+
+typedef void (*scale_fn)(void *dst, const void *src, size_t n,
+                         const void *scalar);
+
+/*
+ * Each element is a PROD with the scalar, so it rounds and wraps as the
+ * PROD kernels do.  The scalar is read once, before the loop, so that it
+ * may lie in dst.
+ */
+#define INT_SCALE_(dtype, tag, T, U, D)                                       \
+  static void tag##_scale(void *dst_, const void *src_, size_t n,             \
+                          const void *scalar)                                 \
+  {                                                                           \
+    T *d = dst_;                                                              \
+    const T *s = src_;                                                        \
+    T k;                                                                      \
+    memcpy(&k, scalar, sizeof k);                                             \
+    for (size_t i = 0; i < n; i++)                                            \
+      d[i] = (T)((U)s[i] * (U)k);                                             \
+  }
+
+#define FLOAT_SCALE_(dtype, tag, T, MIN, MAX)                                 \
+  static void tag##_scale(void *dst_, const void *src_, size_t n,             \
+                          const void *scalar)                                 \
+  {                                                                           \
+    T *d = dst_;                                                              \
+    const T *s = src_;                                                        \
+    T k;                                                                      \
+    memcpy(&k, scalar, sizeof k);                                             \
+    for (size_t i = 0; i < n; i++)                                            \
+      d[i] = s[i] * k;                                                        \
+  }
+
+#define NARROW_SCALE_(dtype, tag, T)                                          \
+  static void tag##_scale(void *dst_, const void *src_, size_t n,             \
+                          const void *scalar)                                 \
+  {                                                                           \
+    T *d = dst_;                                                              \
+    const T *s = src_;                                                        \
+    T bits;                                                                   \
+    memcpy(&bits, scalar, sizeof bits);                                       \
+    float k = tag##_to_f32_inline(bits);                                      \
+    for (size_t i = 0; i < n; i++)                                            \
+      d[i] = f32_to_##tag##_inline(tag##_to_f32_inline(s[i]) * k);            \
+  }
+
+INT_TYPES_(INT_SCALE_)
+FLOAT_TYPES_(FLOAT_SCALE_)
+NARROW_TYPES_(NARROW_SCALE_)
+
+#define SCALE_ROW_(dtype, tag) [dtype] = tag##_scale,
+#define INT_SCALE_ROW_(dtype, tag, T, U, D) SCALE_ROW_(dtype, tag)
+#define FLOAT_SCALE_ROW_(dtype, tag, T, MIN, MAX) SCALE_ROW_(dtype, tag)
+#define NARROW_SCALE_ROW_(dtype, tag, T) SCALE_ROW_(dtype, tag)
+
+static const scale_fn scalers[HOOP_DTYPE_COUNT] = {
+  INT_TYPES_(INT_SCALE_ROW_)
+  FLOAT_TYPES_(FLOAT_SCALE_ROW_)
+  NARROW_TYPES_(NARROW_SCALE_ROW_)
+};
+
+void hoop__reduce_scale(void *dst, const void *src, size_t count,
+                        hoop_dtype_t dtype, const void *scalar)
+{
+  if ((unsigned)dtype >= HOOP_DTYPE_COUNT || count == 0)
+    return;
+  scalers[dtype](dst, src, count, scalar);
 }

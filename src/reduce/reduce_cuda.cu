@@ -1,11 +1,13 @@
 /*
  * Device reduction kernels.  They follow reduce.c's rules: integer SUM and
- * PROD wrap, fp16/bf16 combine in float with one round-to-nearest-even,
- * MIN/MAX are IEEE 754-2019 minimum/maximum (NaN wins, -0 < +0), AVG sums
- * and divides once.  The GPU's float arithmetic is IEEE in round-to-
- * nearest-even as long as nothing is fused or flushed, so the results match
- * the host's bit for bit, except the payload of a NaN: GPU arithmetic
- * returns the canonical quiet NaN where the host keeps the operand's.
+ * PROD wrap, fp16/bf16/fp8 combine in float with one round-to-nearest-even
+ * (fp8 saturating to its largest finite value), MIN/MAX are IEEE 754-2019
+ * minimum/maximum (NaN wins, -0 < +0), AVG sums and divides once.  The
+ * GPU's float arithmetic is IEEE in round-to-nearest-even as long as
+ * nothing is fused or flushed, so the results match the host's bit for
+ * bit, except the payload of a NaN: GPU arithmetic returns the canonical
+ * quiet NaN where the host keeps the operand's.  (The host's fp8 NaN is
+ * always 0x7f, which cuda_fp8.h's software conversion also gives.)
  *
  * The kernels are bound by memory bandwidth, so each thread moves 16 bytes
  * per load when the three pointers share 16-byte alignment, and a second
@@ -13,8 +15,10 @@
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <type_traits>
 
@@ -50,6 +54,23 @@ struct BFloat {
   }
   __device__ static Store store(Calc c) {
     return __bfloat16_as_ushort(__float2bfloat16_rn(c));
+  }
+};
+
+/*
+ * fp8 widens exactly through fp16, which holds every fp8 value.  Narrowing
+ * is cuda_fp8.h's saturating conversion: the cvt.rn.satfinite instruction
+ * on sm_89 and later, an exact software version before; reduce.c's
+ * f32_to_fp8() rounds and saturates the same way.
+ */
+template <__nv_fp8_interpretation_t Kind> struct Fp8 {
+  typedef uint8_t Store;
+  typedef float Calc;
+  __device__ static Calc load(Store s) {
+    return __half2float(__half(__nv_cvt_fp8_to_halfraw(s, Kind)));
+  }
+  __device__ static Store store(Calc c) {
+    return __nv_cvt_float_to_fp8(c, __NV_SATFINITE, Kind);
   }
 };
 
@@ -193,6 +214,33 @@ __global__ void divide(typename E::Store *p, size_t n, int divisor) {
     p[i] = E::store(quotient<E>(E::load(p[i]), divisor));
 }
 
+/*
+ * d[i] = s[i] * the scalar, as OpProd combines.  The scalar is `by`, or
+ * *by_dev when that is set, read when the kernel runs: a scalar that
+ * earlier work on the stream computes is the one used.
+ */
+template <typename E, typename V>
+__global__ void scale(V *d, const V *s, size_t n, typename E::Store by,
+                      const typename E::Store *by_dev) {
+  typedef typename E::Store T;
+  const int lanes = sizeof(V) / sizeof(T);
+  union Pack {
+    V v;
+    T e[lanes];
+  };
+  typename E::Calc k = E::load(by_dev != nullptr ? *by_dev : by);
+  size_t stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    Pack x, r;
+    x.v = s[i];
+#pragma unroll
+    for (int j = 0; j < lanes; j++)
+      r.e[j] = E::store(OpProd::apply(E::load(x.e[j]), k));
+    d[i] = r.v;
+  }
+}
+
 /* Passed by value: kernel parameters live in constant memory. */
 struct Sources {
   const void *p[HOOP_CUDA_MAX_SOURCES];
@@ -329,7 +377,30 @@ int launch_div(void *buf, size_t n, int divisor, cudaStream_t s) {
   return (int)cudaGetLastError();
 }
 
-/* One switch over dtypes for both entry points. */
+template <typename E>
+int launch_scale(void *dst, const void *src, size_t n, const void *scalar,
+                 int scalar_on_device, cudaStream_t s) {
+  typedef typename E::Store T;
+  const size_t lanes = sizeof(uint4) / sizeof(T);
+  T by = 0;
+  const T *by_dev = nullptr;
+  if (scalar_on_device)
+    by_dev = (const T *)scalar;
+  else
+    memcpy(&by, scalar, sizeof by);
+  uintptr_t align = (uintptr_t)dst | (uintptr_t)src;
+  size_t nvec = align % sizeof(uint4) == 0 ? n / lanes : 0;
+  if (nvec > 0)
+    scale<E, uint4><<<blocks_for(nvec), kThreads, 0, s>>>(
+        (uint4 *)dst, (const uint4 *)src, nvec, by, by_dev);
+  size_t done = nvec * lanes;
+  if (done < n)
+    scale<E, T><<<blocks_for(n - done), kThreads, 0, s>>>(
+        (T *)dst + done, (const T *)src + done, n - done, by, by_dev);
+  return (int)cudaGetLastError();
+}
+
+/* One switch over dtypes for every entry point. */
 #define HOOP_CUDA_DTYPES(X)                                                   \
   X(HOOP_I8, Plain<int8_t>)                                                   \
   X(HOOP_U8, Plain<uint8_t>)                                                  \
@@ -340,7 +411,9 @@ int launch_div(void *buf, size_t n, int divisor, cudaStream_t s) {
   X(HOOP_F16, Half)                                                           \
   X(HOOP_F32, Plain<float>)                                                   \
   X(HOOP_F64, Plain<double>)                                                  \
-  X(HOOP_BF16, BFloat)
+  X(HOOP_BF16, BFloat)                                                        \
+  X(HOOP_F8E4M3, Fp8<__NV_E4M3>)                                              \
+  X(HOOP_F8E5M2, Fp8<__NV_E5M2>)
 
 } // namespace
 
@@ -386,6 +459,23 @@ extern "C" int hoop__cuda_reduce_many(void *dst, void *dst2,
   switch (dtype) {
 #define CASE_(dt, E)                                                          \
   case dt: return launch_many_op<E>(dst, dst2, srcs, nsrc, count, op, s);
+    HOOP_CUDA_DTYPES(CASE_)
+#undef CASE_
+  default: return (int)cudaErrorInvalidValue;
+  }
+}
+
+extern "C" int hoop__cuda_reduce_scale(void *dst, const void *src,
+                                       size_t count, hoop_dtype_t dtype,
+                                       const void *scalar,
+                                       int scalar_on_device, void *stream) {
+  if (count == 0)
+    return (int)cudaSuccess;
+  cudaStream_t s = (cudaStream_t)stream;
+  switch (dtype) {
+#define CASE_(dt, E)                                                          \
+  case dt:                                                                    \
+    return launch_scale<E>(dst, src, count, scalar, scalar_on_device, s);
     HOOP_CUDA_DTYPES(CASE_)
 #undef CASE_
   default: return (int)cudaErrorInvalidValue;

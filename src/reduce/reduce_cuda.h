@@ -27,6 +27,18 @@ int hoop__cuda_reduce(void *dst, const void *a, const void *b, size_t count,
 int hoop__cuda_reduce_div(void *buf, size_t count, hoop_dtype_t dtype,
                           int divisor, void *stream);
 
+/*
+ * Enqueues dst[i] = src[i] * scalar, i < count, with the rules of
+ * hoop__reduce_scale(); dst and src are device memory, dst may equal src.
+ * `scalar` points at one element of dtype: in host memory when
+ * scalar_on_device is 0, read before this returns (NCCL's
+ * ncclScalarHostImmediate); in device memory otherwise, read when the
+ * kernel runs, so it must stay valid until then (ncclScalarDevice).
+ */
+int hoop__cuda_reduce_scale(void *dst, const void *src, size_t count,
+                            hoop_dtype_t dtype, const void *scalar,
+                            int scalar_on_device, void *stream);
+
 /* The most sources hoop__cuda_reduce_many takes (ranks sharing memory). */
 #define HOOP_CUDA_MAX_SOURCES 64
 

@@ -29,48 +29,12 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
 
+#include "core/copy.h"
 #include "core/error.h"
 #include "core/param.h"
 #include "transport/shm.h"
 #include "transport/transport.h"
-
-/*
- * memcpy for a destination that will not be read before it leaves the
- * caches: non-temporal stores skip reading each line in before writing it
- * and leave the caches to the ring.  The fence orders them before whatever
- * tells another thread the data is there.
- */
-static void copy_cold(char *dst, const char *src, size_t n) {
-#if defined(__SSE2__)
-  size_t head = (16 - ((uintptr_t)dst & 15)) & 15;
-  if (n >= head + 64) {
-    memcpy(dst, src, head);
-    dst += head;
-    src += head;
-    n -= head;
-    size_t i = 0;
-    for (; i + 64 <= n; i += 64) {
-      __m128i a = _mm_loadu_si128((const __m128i *)(src + i));
-      __m128i b = _mm_loadu_si128((const __m128i *)(src + i + 16));
-      __m128i c = _mm_loadu_si128((const __m128i *)(src + i + 32));
-      __m128i d = _mm_loadu_si128((const __m128i *)(src + i + 48));
-      _mm_stream_si128((__m128i *)(dst + i), a);
-      _mm_stream_si128((__m128i *)(dst + i + 16), b);
-      _mm_stream_si128((__m128i *)(dst + i + 32), c);
-      _mm_stream_si128((__m128i *)(dst + i + 48), d);
-    }
-    _mm_sfence();
-    dst += i;
-    src += i;
-    n -= i;
-  }
-#endif
-  memcpy(dst, src, n);
-}
 
 #define SHM_MAGIC 0x6d656d73706f6f68ULL /* "hoopsmem" */
 #define SHM_HEADER_BYTES 4096
@@ -233,7 +197,7 @@ static hoop_result_t shm_recv(struct hoop_conn *conn, void *buf, size_t len,
     char *dst = (char *)buf + done;
     const char *src = c->in_ring + c->in_tail % c->ring;
     if (cold)
-      copy_cold(dst, src, n);
+      hoop__copy_cold(dst, src, n);
     else
       memcpy(dst, src, n);
     c->in_tail += n;

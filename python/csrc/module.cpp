@@ -1,0 +1,101 @@
+// The Python module hoop_torch._C: makes the backend for torch.distributed
+// (hoop_torch/__init__.py registers it under the name "hoop") and reads a
+// group's hoop counters.
+#include <pybind11/chrono.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include "backend.hpp"
+
+namespace py = pybind11;
+
+namespace {
+
+using hoop_torch::HoopBackend;
+
+const char* collective_name(int coll) {
+  switch (coll) {
+    case HOOP_COLL_ALLREDUCE:
+      return "allreduce";
+    case HOOP_COLL_REDUCE_SCATTER:
+      return "reduce_scatter";
+    case HOOP_COLL_ALLGATHER:
+      return "allgather";
+    case HOOP_COLL_BROADCAST:
+      return "broadcast";
+    case HOOP_COLL_REDUCE:
+      return "reduce";
+    case HOOP_COLL_BARRIER:
+      return "barrier";
+    case HOOP_COLL_SENDRECV:
+      return "sendrecv";
+    case HOOP_COLL_ALLTOALL:
+      return "alltoall";
+    default:
+      return "unknown";
+  }
+}
+
+// hoop_comm_get_stats as a dict: the bytes sent and received, and per
+// (collective, algorithm) that ran, its calls, seconds, seconds waiting for
+// late ranks and bytes.
+py::dict stats(const HoopBackend& backend) {
+  hoop_comm_t comm = backend.comm();
+  hoop_stats_t s = HOOP_STATS_INIT;
+  hoop_result_t r;
+  {
+    py::gil_scoped_release unlocked;  // waits for queued device calls
+    r = hoop_comm_get_stats(comm, &s);
+  }
+  if (r != HOOP_SUCCESS)
+    hoop_torch::throw_hoop_error(comm, r, "hoop_comm_get_stats");
+  py::dict calls;
+  for (int coll = 0; coll < HOOP_COLL_COUNT; coll++)
+    for (int algo = 0; algo < HOOP_ALGO_COUNT; algo++) {
+      const hoop_coll_stats_t& c = s.by_coll[coll][algo];
+      if (c.calls == 0)
+        continue;
+      py::dict entry;
+      entry["calls"] = c.calls;
+      entry["seconds"] = c.time_ns * 1e-9;
+      entry["wait_seconds"] = c.wait_ns * 1e-9;
+      entry["bytes_sent"] = c.bytes_sent;
+      entry["bytes_received"] = c.bytes_received;
+      calls[py::make_tuple(collective_name(coll),
+                           hoop_algo_name(static_cast<hoop_algo_t>(algo)))] =
+          entry;
+    }
+  py::dict out;
+  out["bytes_sent"] = s.bytes_sent;
+  out["bytes_received"] = s.bytes_received;
+  out["calls"] = calls;
+  return out;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "hoop as a torch.distributed backend (import hoop_torch)";
+  py::class_<HoopBackend, hoop_torch::BackendBase,
+             c10::intrusive_ptr<HoopBackend>>(m, "ProcessGroupHoop")
+      .def("stats", &stats,
+           "hoop's counters of this group's collectives (not its "
+           "point-to-point messages, which have communicators of their "
+           "own): bytes_sent, bytes_received, and calls[(collective, "
+           "algorithm)] = {calls, seconds, wait_seconds, bytes_sent, "
+           "bytes_received}");
+  m.def(
+      "create_backend",
+      [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+         std::chrono::duration<float> timeout) {
+        return c10::make_intrusive<HoopBackend>(
+            store, rank, size,
+            std::chrono::duration_cast<std::chrono::milliseconds>(timeout));
+      },
+      py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
+      py::call_guard<py::gil_scoped_release>(),
+      "Joins the group's hoop communicator (rank 0 puts its unique id in "
+      "the store); torch.distributed calls it with the group's store, "
+      "rank, size and timeout");
+  m.attr("hoop_version") = hoop_version_string();
+  m.attr("cuda") = static_cast<bool>(HOOP_TORCH_CUDA);
+}
