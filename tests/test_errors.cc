@@ -275,7 +275,10 @@ TEST(Errors, SilentRankTimesOutNamingIt) {
                       hoop_result_name(res), hoop_comm_last_error(comm));
           RANK_EXPECT(log, mentions(comm, "rank 1 ("), "message: %s",
                       hoop_comm_last_error(comm));
-          RANK_EXPECT(log, secs > 0.9 && secs < 2.5, "took %.2f s", secs);
+          // Asked, the rank busy outside hoop does not answer.
+          RANK_EXPECT(log, mentions(comm, "did not answer within 500 ms"),
+                      "message: %s", hoop_comm_last_error(comm));
+          RANK_EXPECT(log, secs > 0.9 && secs < 3.0, "took %.2f s", secs);
         } else {
           // The late rank learns why its peer gave up.
           RANK_EXPECT(log, res == HOOP_ERR_REMOTE, "got %s: %s",
@@ -287,6 +290,62 @@ TEST(Errors, SilentRankTimesOutNamingIt) {
       opt);
   EXPECT_TRUE(r.all_ok()) << describe(r);
 }
+
+// A rank that stops without dying (SIGSTOP here; a debugger, a hung
+// driver or swap alike) blocks its neighbours, whose links then time out
+// pointing at each other.  Every survivor must still name the stopped
+// rank: the first to time out asks the others where they are.
+void stopped_rank_case(int nranks, int victim) {
+  hoop_config_t cfg = HOOP_CONFIG_INIT;
+  cfg.timeout_ms = 1500;
+  RunOptions opt;
+  opt.config = &cfg;
+  RunResult r = run_ranks(
+      nranks,
+      [victim](RankLog &log, hoop_comm_t comm, int rank, int n) {
+        std::vector<float> v(1u << 16, 1.0f);
+        expect_usable(log, comm, n);
+        hoop_rank_info_t info = HOOP_RANK_INFO_INIT;
+        RANK_EXPECT_OK(log, comm, hoop_comm_rank_info(comm, victim, &info));
+        if (rank == victim) {
+          std::thread([] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+            kill(getpid(), SIGSTOP);
+          }).detach();
+        }
+        std::string name = "rank " + std::to_string(victim) + " (";
+        auto t0 = std::chrono::steady_clock::now();
+        while (std::chrono::steady_clock::now() - t0 <
+               std::chrono::seconds(30)) {
+          hoop_result_t res = hoop_allreduce(comm, v.data(), v.data(),
+                                             v.size(), HOOP_F32, HOOP_SUM,
+                                             nullptr);
+          if (res == HOOP_SUCCESS)
+            continue;
+          RANK_EXPECT(log, mentions(comm, "stall report: "), "message: %s",
+                      hoop_comm_last_error(comm));
+          RANK_EXPECT(log, mentions(comm, (name).c_str()) &&
+                               mentions(comm, "did not answer"),
+                      "does not name rank %d as silent: %s", victim,
+                      hoop_comm_last_error(comm));
+          // The test's own clean-up: nobody else ends a stopped rank.
+          kill(info.pid, SIGKILL);
+          return;
+        }
+        log.fail("never noticed that rank %d stopped", victim);
+      },
+      opt);
+  EXPECT_EQ(r.exit_codes[(size_t)victim], 128 + SIGKILL);
+  r.exit_codes[(size_t)victim] = 0;
+  EXPECT_TRUE(r.all_ok()) << describe(r);
+  std::vector<std::string> leaked = leaked_shm_segments();
+  EXPECT_TRUE(leaked.empty()) << "/dev/shm/" << leaked[0];
+}
+
+TEST(Errors, StoppedRankIsNamedByEverySurvivor2) { stopped_rank_case(2, 1); }
+TEST(Errors, StoppedRankIsNamedByEverySurvivor3) { stopped_rank_case(3, 1); }
+TEST(Errors, StoppedRankIsNamedByEverySurvivor4) { stopped_rank_case(4, 2); }
+TEST(Errors, StoppedRankIsNamedByEverySurvivor8) { stopped_rank_case(8, 5); }
 
 // Running out of memory while building a plan happens after the call has
 // taken its sequence number, with the peers already in the call: the rank

@@ -180,6 +180,44 @@ TEST(Wire, NoticeTextEndsAndShowsNoControlCharacters) {
   EXPECT_STREQ(reason, "why");
 }
 
+bool whereabouts_ok(const hoop_whereabouts &w) {
+  hoop_whereabouts out;
+  char why[200];
+  return hoop__whereabouts_parse(&w, sizeof w, 4, &out, why, sizeof why);
+}
+
+TEST(Wire, WhereaboutsStateRanksAndCallAreBounded) {
+  hoop_whereabouts good{};
+  good.magic = HOOP_WIRE_MAGIC;
+  good.state = HOOP_AT_CALL;
+  good.seq = 7;
+  good.wait_for = 3;
+  good.wait_send = 1;
+  good.wait_ms = 1200;
+  strcpy(good.call, "hoop_allreduce");
+  hoop_whereabouts idle = good;
+  idle.wait_for = -1;
+  EXPECT_TRUE(whereabouts_ok(idle));
+  expect_each_refused<hoop_whereabouts>(
+      good, whereabouts_ok,
+      {{"magic", [](hoop_whereabouts &w) { w.magic = 0; }},
+       {"state", [](hoop_whereabouts &w) { w.state = HOOP_AT_COUNT; }},
+       {"waits for rank = size", [](hoop_whereabouts &w) { w.wait_for = 4; }},
+       {"waits for rank -2", [](hoop_whereabouts &w) { w.wait_for = -2; }},
+       {"direction 2", [](hoop_whereabouts &w) { w.wait_send = 2; }},
+       {"negative wait", [](hoop_whereabouts &w) { w.wait_ms = -1; }},
+       {"call without its end",
+        [](hoop_whereabouts &w) { memset(w.call, 'c', sizeof w.call); }}});
+  hoop_whereabouts shown = good, out;
+  shown.call[0] = '\n';
+  char why[200];
+  ASSERT_TRUE(
+      hoop__whereabouts_parse(&shown, sizeof shown, 4, &out, why, sizeof why));
+  EXPECT_EQ(out.call[0], '?');
+  EXPECT_FALSE(hoop__whereabouts_parse(&good, sizeof good - 1, 4, &out, why,
+                                       sizeof why));
+}
+
 TEST(Wire, CollectiveHeaderEnumsAreBounded) {
   hoop_wire_header good{};
   good.magic = HOOP_WIRE_MAGIC;

@@ -150,6 +150,8 @@ hoop_result_t hoop__comm_enter(struct hoop_comm *comm, const char *what) {
   if (was_busy)
     return HOOP_ERROR(comm, HOOP_ERR_INVALID_USAGE,
                       "%s: another thread is using this communicator", what);
+  __atomic_store_n(&comm->call, what, __ATOMIC_RELAXED);
+  hoop__comm_waiting(comm, -1, 0, 0);
   hoop_result_t broken = hoop__comm_broken(comm);
   if (broken != HOOP_SUCCESS) {
     hoop__comm_leave(comm);
@@ -314,6 +316,8 @@ hoop_result_t hoop__comm_create(struct hoop_comm **out, int nranks, int rank,
     goto out_free;
   }
   comm->joining = true;
+  comm->call = "hoop_comm_init";
+  comm->wait_for = -1;
   HOOP_CHECK_GOTO(hoop__bootstrap(comm, &uid), res, out_free);
   hoop__comm_learn_host(comm);
   HOOP_CHECK_GOTO(hoop__comm_index_hosts(comm), res, out_free);

@@ -102,6 +102,16 @@ struct hoop_comm {
   bool notice_received; /* a peer reported the failure that broke us */
   bool joining;         /* still in hoop_comm_init_*: notices wait */
   int busy;             /* a collective is running, read atomically */
+  /*
+   * Where this rank is, for peers whose call stalls and ask (inquiry.c):
+   * the call it entered last, and the peer that call waits on (-1: none)
+   * and since when.  Written by the thread that runs the call, read
+   * atomically by the one that answers.
+   */
+  const char *call;
+  int wait_for;
+  int wait_send; /* 1: waits to send to wait_for, 0: for its data */
+  long long wait_since_ms;
 
   void *scratch; /* per-channel outboxes of the pipelined schedules */
   size_t scratch_bytes;
@@ -197,6 +207,27 @@ hoop_result_t hoop__comm_dial(struct hoop_comm *comm,
 
 /* Closes the accepted dials that nobody asked for, at teardown. */
 void hoop__comm_drop_pending(struct hoop_comm *comm);
+
+/* ---- stalls (inquiry.c) ----------------------------------------------- */
+
+/*
+ * Records that this rank's call waits on `peer` (-1: on nobody) since
+ * since_ms, for the peers that ask.
+ */
+void hoop__comm_waiting(struct hoop_comm *comm, int peer, int send,
+                        long long since_ms);
+
+/* Answers a peer's query on the proven connection fd, and closes it. */
+void hoop__comm_answer_query(struct hoop_comm *comm, int fd);
+
+/*
+ * After this rank's call timed out: asks every peer where it is and puts
+ * what they said (who did not answer, who is behind, who waits with this
+ * rank) in front of the communicator's last error.  A failure notice that
+ * comes meanwhile, from a rank that got there first, becomes the error
+ * instead.
+ */
+void hoop__comm_report_stall(struct hoop_comm *comm);
 
 /* ---- elsewhere in core -------------------------------------------------- */
 

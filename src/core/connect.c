@@ -1,8 +1,8 @@
 /*
  * Connection set-up between ranks: the handshake on every data socket,
  * dialling and accepting (the lower rank dials), the dials that arrive
- * before their owner asks for them, and failure notices, which travel the
- * same way.  Transports get a socket from here through hoop_conn_setup and
+ * before their owner asks for them, and failure notices and stall queries
+ * (inquiry.c), which travel the same way.  Transports get a socket from here through hoop_conn_setup and
  * never see the communicator.
  */
 #include <poll.h>
@@ -221,6 +221,10 @@ static hoop_result_t take_one(struct hoop_comm *comm, int wait_ms) {
     hoop__notice_parse(p.payload, HOOP_NOTICE_BYTES, reason, sizeof reason);
     return notice_error(comm, p.hs.from, reason);
   }
+  if (p.hs.channel == HOOP_QUERY_CHANNEL) {
+    hoop__comm_answer_query(comm, p.fd);
+    return HOOP_SUCCESS;
+  }
   /* A proven rank dials only the higher ranks; anything else is a bug. */
   int32_t status = p.hs.from < comm->rank ? HOOP_SUCCESS : HOOP_ERR_MISMATCH;
   hoop__sock_send_all(comm, p.fd, &status, sizeof status,
@@ -283,7 +287,7 @@ hoop_result_t hoop__comm_listen(struct hoop_comm *comm,
   l->comm_id = comm->comm_id;
   l->rank = comm->rank;
   l->nranks = comm->nranks;
-  l->channel_lo = HOOP_NOTICE_CHANNEL;
+  l->channel_lo = HOOP_QUERY_CHANNEL;
   l->channel_hi = comm->nsocks - 1;
   l->payload_bytes = data_payload_bytes;
   /* Every peer may dial at once, and ring neighbours on every channel. */
@@ -367,6 +371,7 @@ struct open_ctx {
 /* The transports' socket opener (hoop_conn_setup.open_socket). */
 static hoop_result_t open_socket(void *arg, int *fd) {
   const struct open_ctx *o = arg;
+  hoop__comm_waiting(o->comm, o->peer, 0, hoop__now_ms());
   if (o->comm->rank < o->peer)
     return dial(o->comm, o->peer, o->channel, o->deadline, fd);
   return accept_from(o->comm, o->peer, o->channel, o->deadline, fd);
@@ -414,6 +419,8 @@ void hoop__comm_drop_pending(struct hoop_comm *comm) {
 void hoop__comm_break(struct hoop_comm *comm, hoop_result_t result) {
   if (hoop__comm_broken(comm) != HOOP_SUCCESS)
     return;
+  if (result == HOOP_ERR_TIMEOUT && !comm->notice_received)
+    hoop__comm_report_stall(comm);
   set_broken(comm, result);
   /* Only the rank that saw the failure first tells the others. */
   if (!comm->notice_received && result != HOOP_ERR_ABORTED)

@@ -337,13 +337,21 @@ hoop_result_t hoop__engine_arm(struct hoop_plan *p, struct pollfd *fds,
  * returns at once when arming finds a connection that can already move.
  */
 static hoop_result_t wait_for_io(struct hoop_plan *p, long long deadline,
-                                 int *polled) {
+                                 long long idle_since_ms, int *polled) {
   struct pollfd *fds = p->pollfds;
   int n;
   bool ready;
   HOOP_CHECK(hoop__engine_arm(p, fds, &n, polled, &ready));
   if (ready || n == 0)
     return HOOP_SUCCESS;
+  /* The link that stalled_error would name, for peers that ask. */
+  for (int i = 0; i < p->nlinks; i++) {
+    const struct hoop_link *l = &p->links[i];
+    if (!link_done(l)) {
+      hoop__comm_waiting(p->comm, l->conn->peer, l->send, idle_since_ms);
+      break;
+    }
+  }
   int m = hoop__listener_pollfds(&p->comm->listener, fds + n);
   long long left = deadline - hoop__now_ms();
   if (left <= 0 ||
@@ -549,7 +557,8 @@ hoop_result_t hoop__engine_run(struct hoop_plan *p) {
     if (now_ns / 1000000 >= deadline)
       return stalled_error(p);
     int polled;
-    hoop_result_t res = wait_for_io(p, deadline, &polled);
+    hoop_result_t res =
+        wait_for_io(p, deadline, idle_since_ns / 1000000, &polled);
     if (res != HOOP_SUCCESS)
       return prefer_notice(comm, res);
     if (polled == 0)

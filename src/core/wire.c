@@ -154,6 +154,33 @@ void hoop__notice_parse(const void *bytes, size_t len, char *reason,
   copy_text(reason, cap, bytes, len);
 }
 
+bool hoop__whereabouts_parse(const void *bytes, size_t len, int32_t nranks,
+                             struct hoop_whereabouts *out, char *why,
+                             size_t why_len) {
+  struct hoop_whereabouts w;
+  if (len != sizeof w)
+    return refuse(why, why_len, "whereabouts of %zu bytes, not %zu", len,
+                  sizeof w);
+  memcpy(&w, bytes, sizeof w);
+  if (w.magic != HOOP_WIRE_MAGIC)
+    return refuse(why, why_len, "whereabouts with magic %08x", w.magic);
+  if (w.state >= HOOP_AT_COUNT || w.wait_for < -1 || w.wait_for >= nranks ||
+      (w.wait_send != 0 && w.wait_send != 1) || w.wait_ms < 0)
+    return refuse(why, why_len,
+                  "whereabouts in state %u, waiting %lld ms %s rank %d",
+                  w.state, (long long)w.wait_ms,
+                  w.wait_send == 1 ? "to send to" : "for", w.wait_for);
+  if (memchr(w.call, '\0', sizeof w.call) == NULL)
+    return refuse(why, why_len,
+                  "a call name that does not end within its %zu bytes",
+                  sizeof w.call);
+  char call[sizeof w.call];
+  copy_text(call, sizeof call, w.call, sizeof w.call);
+  memcpy(w.call, call, sizeof call);
+  *out = w;
+  return true;
+}
+
 bool hoop__wire_header_parse(const void *bytes, size_t len,
                              struct hoop_wire_header *out, char *why,
                              size_t why_len) {

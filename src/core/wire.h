@@ -19,7 +19,7 @@
 #include "core/peer.h"
 
 #define HOOP_WIRE_MAGIC 0x686f6f70u /* "hoop" */
-#define HOOP_WIRE_VERSION 3u
+#define HOOP_WIRE_VERSION 4u
 
 #define HOOP_AUTH_NONCE_BYTES 16
 #define HOOP_AUTH_MAC_BYTES 32
@@ -62,8 +62,10 @@ struct hoop_handshake {
 /* A failure notice: its seal (auth.h) and reason text follow. */
 #define HOOP_NOTICE_CHANNEL (-1)
 #define HOOP_NOTICE_BYTES 512
+/* A stalled rank asking where this one is: a whereabouts answers. */
+#define HOOP_QUERY_CHANNEL (-2)
 /* A rank joining through rank 0: its hello follows the proof. */
-#define HOOP_RENDEZVOUS_CHANNEL (-2)
+#define HOOP_RENDEZVOUS_CHANNEL (-3)
 
 /* The acceptor's answer to a handshake. */
 struct hoop_auth_challenge {
@@ -74,6 +76,27 @@ struct hoop_auth_challenge {
 /* The dialler's answer to the challenge. */
 struct hoop_auth_proof {
   uint8_t mac[HOOP_AUTH_MAC_BYTES];
+};
+
+/* What a rank was doing when asked (a query's answer). */
+enum hoop_whereabouts_state {
+  HOOP_AT_JOINING = 0, /* in hoop_comm_init_* */
+  HOOP_AT_CALL = 1,    /* in a call */
+  HOOP_AT_BROKEN = 2,  /* its communicator broke */
+  HOOP_AT_COUNT
+};
+
+#define HOOP_WHEREABOUTS_CALL_BYTES 32
+
+/* The answer to a query: where the asked rank is. */
+struct hoop_whereabouts {
+  uint32_t magic;
+  uint32_t state;   /* enum hoop_whereabouts_state */
+  uint64_t seq;     /* collectives started, this one included */
+  int32_t wait_for; /* the peer its call waits on, or -1 */
+  int32_t wait_send; /* 1: to send to it, 0: for its data */
+  int64_t wait_ms;   /* how long it has waited on that peer */
+  char call[HOOP_WHEREABOUTS_CALL_BYTES]; /* the call's name */
 };
 
 struct hoop_wire_header;
@@ -123,6 +146,16 @@ bool hoop__handshake_parse(const void *bytes, size_t len, int32_t nranks,
  */
 void hoop__notice_parse(const void *bytes, size_t len, char *reason,
                         size_t cap);
+
+/*
+ * A whereabouts from one of `nranks` ranks: a state that exists, a
+ * waited-on rank in -1..nranks-1 with a 0/1 direction and a wait of at
+ * least 0 ms, and a call name that ends within its field (control
+ * characters made '?').
+ */
+bool hoop__whereabouts_parse(const void *bytes, size_t len, int32_t nranks,
+                             struct hoop_whereabouts *out, char *why,
+                             size_t why_len);
 
 /*
  * A collective's header (engine.h): magic and version, and a collective,

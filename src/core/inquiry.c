@@ -1,0 +1,395 @@
+/*
+ * Naming the rank that a stalled call waits for.  A timeout only says
+ * which link stopped moving, and in a ring every survivor's link points
+ * at a neighbour, not at the rank that stopped.  So a rank whose call
+ * times out asks every peer where it is, over a fresh connection to the
+ * peer's listener that does not depend on the stuck data path.  A rank
+ * inside a hoop call answers from its wait (connect.c's take_one); one
+ * that is stopped (SIGSTOP, a debugger, swapped out), hung, or busy
+ * outside hoop does not, and is named.
+ *
+ * Every peer is asked at once, and this rank's own listener is served
+ * while the answers come: the peers time out at about the same moment
+ * and ask too, and the notice of a rank that finished asking first is
+ * taken as this rank's report, so that every survivor reports the same.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "core/auth.h"
+#include "core/comm.h"
+#include "core/error.h"
+
+void hoop__comm_waiting(struct hoop_comm *comm, int peer, int send,
+                        long long since_ms) {
+  __atomic_store_n(&comm->wait_for, peer, __ATOMIC_RELAXED);
+  __atomic_store_n(&comm->wait_send, send, __ATOMIC_RELAXED);
+  __atomic_store_n(&comm->wait_since_ms, since_ms, __ATOMIC_RELAXED);
+}
+
+void hoop__comm_answer_query(struct hoop_comm *comm, int fd) {
+  struct hoop_whereabouts w = {
+      .magic = HOOP_WIRE_MAGIC,
+      .state = hoop__comm_broken(comm) != HOOP_SUCCESS ? HOOP_AT_BROKEN
+               : comm->joining                         ? HOOP_AT_JOINING
+                                                       : HOOP_AT_CALL,
+      .seq = comm->seq,
+      .wait_for = __atomic_load_n(&comm->wait_for, __ATOMIC_RELAXED),
+      .wait_send = __atomic_load_n(&comm->wait_send, __ATOMIC_RELAXED),
+  };
+  if (w.wait_for >= 0)
+    w.wait_ms = hoop__now_ms() -
+                __atomic_load_n(&comm->wait_since_ms, __ATOMIC_RELAXED);
+  if (w.wait_ms < 0)
+    w.wait_ms = 0;
+  const char *call = __atomic_load_n(&comm->call, __ATOMIC_RELAXED);
+  snprintf(w.call, sizeof w.call, "%s", call != NULL ? call : "");
+  /* A fresh socket's buffer takes it whole; a peer gone is no matter. */
+  (void)send(fd, &w, sizeof w, MSG_DONTWAIT | MSG_NOSIGNAL);
+  close(fd);
+}
+
+/* How long the asking rank waits for answers. */
+static int answer_ms(const struct hoop_comm *comm) {
+  int ms = comm->timeout_ms / 5;
+  return ms < 500 ? 500 : ms > 3000 ? 3000 : ms;
+}
+
+enum step {
+  DIALING,   /* connecting */
+  CHALLENGE, /* handshake sent, reading the peer's challenge */
+  ANSWER,    /* proof sent, reading its whereabouts */
+  ANSWERED,
+  SILENT, /* no answer in time */
+  GONE,   /* refused or closed: the process has gone */
+  WRONG,  /* answered with what a rank of this job would not */
+};
+
+struct asked {
+  int fd;
+  enum step step;
+  struct hoop_handshake hs;
+  unsigned char buf[sizeof(struct hoop_whereabouts)];
+  size_t got;
+  struct hoop_whereabouts where;
+  char why[160]; /* for WRONG */
+};
+
+_Static_assert(sizeof(struct hoop_auth_challenge) <=
+                   sizeof(struct hoop_whereabouts),
+               "one buffer reads both");
+
+static void start(struct hoop_comm *comm, int peer, struct asked *a) {
+  a->fd = -1;
+  a->step = GONE;
+  if (hoop__auth_handshake(comm->comm_id, comm->rank, peer,
+                           HOOP_QUERY_CHANNEL, &a->hs) != HOOP_SUCCESS)
+    return;
+  if (hoop__sock_connect_start(&comm->peers[peer].addr, &a->fd) == 0)
+    a->step = DIALING;
+}
+
+static void wrong(struct asked *a, const char *why) {
+  snprintf(a->why, sizeof a->why, "%s", why);
+  a->step = WRONG;
+}
+
+/* Reads toward `want` bytes; true once they are all in. */
+static bool read_some(struct asked *a, size_t want) {
+  ssize_t n = recv(a->fd, a->buf + a->got, want - a->got, MSG_DONTWAIT);
+  if (n > 0) {
+    a->got += (size_t)n;
+    return a->got == want;
+  }
+  if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+    a->step = GONE;
+  return false;
+}
+
+static bool send_whole(int fd, const void *buf, size_t len) {
+  return send(fd, buf, len, MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)len;
+}
+
+/* One step of one peer's exchange (auth.h), on an event on its socket. */
+static void advance(struct hoop_comm *comm, struct asked *a) {
+  switch (a->step) {
+  case DIALING: {
+    int err = 0;
+    socklen_t len = sizeof err;
+    if (getsockopt(a->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 ||
+        err != 0 || !send_whole(a->fd, &a->hs, sizeof a->hs)) {
+      a->step = GONE;
+      return;
+    }
+    a->step = CHALLENGE;
+    a->got = 0;
+    return;
+  }
+  case CHALLENGE: {
+    struct hoop_auth_challenge ch;
+    if (!read_some(a, sizeof ch))
+      return;
+    memcpy(&ch, a->buf, sizeof ch);
+    struct hoop_auth_proof proof;
+    if (!hoop__auth_check_challenge(&comm->auth_key, &a->hs, &ch)) {
+      wrong(a, "its challenge does not prove this job's secret");
+      return;
+    }
+    hoop__auth_proof(&comm->auth_key, &a->hs, &ch, &proof);
+    if (!send_whole(a->fd, &proof, sizeof proof)) {
+      a->step = GONE;
+      return;
+    }
+    a->step = ANSWER;
+    a->got = 0;
+    return;
+  }
+  case ANSWER:
+    if (!read_some(a, sizeof a->where))
+      return;
+    if (hoop__whereabouts_parse(a->buf, a->got, comm->nranks, &a->where,
+                                a->why, sizeof a->why))
+      a->step = ANSWERED;
+    else
+      a->step = WRONG;
+    return;
+  default:
+    return;
+  }
+}
+
+static bool asking(const struct asked *a) {
+  return a->step == DIALING || a->step == CHALLENGE || a->step == ANSWER;
+}
+
+/*
+ * Asks every peer at once until all have answered or answer_ms passed;
+ * false when a notice came meanwhile (it is the error now).
+ */
+static bool ask_all(struct hoop_comm *comm, struct asked *asked) {
+  int n = comm->nranks;
+  struct pollfd *fds =
+      malloc(sizeof *fds * ((size_t)n + 1 + (size_t)comm->listener.max_unproven));
+  int *who = malloc(sizeof *who * (size_t)n);
+  if (fds == NULL || who == NULL) {
+    free(fds);
+    free(who);
+    return true;
+  }
+  for (int p = 0; p < n; p++) {
+    if (p != comm->rank)
+      start(comm, p, &asked[p]);
+  }
+  long long deadline = hoop__now_ms() + answer_ms(comm);
+  for (;;) {
+    int m = 0;
+    for (int p = 0; p < n; p++) {
+      if (p == comm->rank || !asking(&asked[p]))
+        continue;
+      fds[m] = (struct pollfd){
+          .fd = asked[p].fd,
+          .events = asked[p].step == DIALING ? POLLOUT : POLLIN};
+      who[m++] = p;
+    }
+    long long left = deadline - hoop__now_ms();
+    if (m == 0 || left <= 0)
+      break;
+    int l = hoop__listener_pollfds(&comm->listener, fds + m);
+    if (poll(fds, (nfds_t)(m + l), (int)left) <= 0)
+      continue;
+    for (int i = 0; i < m; i++) {
+      if (fds[i].revents != 0)
+        advance(comm, &asked[who[i]]);
+    }
+    bool listener = false;
+    for (int i = m; i < m + l; i++)
+      listener |= fds[i].revents != 0;
+    if (listener && hoop__comm_check_notices(comm, 0) != HOOP_SUCCESS &&
+        comm->notice_received)
+      break;
+  }
+  for (int p = 0; p < n; p++) {
+    if (p == comm->rank)
+      continue;
+    if (asking(&asked[p]))
+      asked[p].step = SILENT;
+    hoop__sock_close(&asked[p].fd);
+  }
+  free(fds);
+  free(who);
+  return !comm->notice_received;
+}
+
+/* A bounded text that sentences are added to. */
+struct text {
+  char *buf;
+  size_t cap, len;
+};
+
+__attribute__((format(printf, 2, 3))) static void say(struct text *t,
+                                                      const char *fmt, ...) {
+  if (t->len + 1 >= t->cap)
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(t->buf + t->len, t->cap - t->len, fmt, ap);
+  va_end(ap);
+  if (n > 0)
+    t->len += (size_t)n < t->cap - t->len ? (size_t)n : t->cap - t->len - 1;
+}
+
+/*
+ * "ranks 0,2,3 wait" or "rank 4 waits": the ranks p for which pick(p)
+ * holds, then `verb` agreeing with their number; nothing when none does.
+ */
+static void say_ranks(struct text *t, const struct hoop_comm *comm,
+                      const struct asked *asked,
+                      bool (*pick)(const struct hoop_comm *, int,
+                                   const struct asked *),
+                      const char *verb, const char *verbs) {
+  int count = 0;
+  for (int p = 0; p < comm->nranks; p++)
+    count += pick(comm, p, &asked[p]);
+  if (count == 0)
+    return;
+  say(t, "; %s", count == 1 ? "rank " : "ranks ");
+  const char *sep = "";
+  for (int p = 0; p < comm->nranks; p++) {
+    if (pick(comm, p, &asked[p])) {
+      say(t, "%s%d", sep, p);
+      sep = ",";
+    }
+  }
+  say(t, " %s", count == 1 ? verbs : verb);
+}
+
+static bool answered_call(const struct asked *a) {
+  return a->step == ANSWERED && a->where.state == HOOP_AT_CALL;
+}
+
+/* In this rank's call: this rank, and those that answered from it. */
+static bool with_me(const struct hoop_comm *comm, int p,
+                    const struct asked *a) {
+  return p == comm->rank || (answered_call(a) && a->where.seq == comm->seq);
+}
+
+/*
+ * Not where this rank is: silent, gone, joining or broken, behind it, or
+ * past it while this rank waits for it.
+ */
+static bool culprit(const struct hoop_comm *comm, int p,
+                    const struct asked *a) {
+  if (p == comm->rank)
+    return false;
+  if (!answered_call(a) || a->where.seq < comm->seq)
+    return true;
+  return a->where.seq > comm->seq && p == comm->wait_for;
+}
+
+/* Past this rank's call, and not what it waits for. */
+static bool ahead(const struct hoop_comm *comm, int p,
+                  const struct asked *a) {
+  return !culprit(comm, p, a) && !with_me(comm, p, a);
+}
+
+/* Why rank p is not where this rank is. */
+static void say_culprit(struct text *t, struct hoop_comm *comm, int p,
+                        const struct asked *a, const char *call) {
+  char desc[128];
+  hoop__peer_desc(comm, p, desc, sizeof desc);
+  switch (a->step) {
+  case SILENT:
+    say(t, "%s did not answer within %d ms: it is stopped, hung, or busy "
+           "outside hoop",
+        desc, answer_ms(comm));
+    return;
+  case GONE:
+    say(t, "%s is gone (its listener refused or closed)", desc);
+    return;
+  case WRONG:
+    say(t, "%s answered wrongly (%s)", desc, a->why);
+    return;
+  default:
+    break;
+  }
+  if (a->where.state == HOOP_AT_BROKEN)
+    say(t, "%s has stopped: its communicator broke (%s)", desc,
+        a->where.call);
+  else if (a->where.state == HOOP_AT_JOINING)
+    say(t, "%s is still joining", desc);
+  else
+    say(t, "%s %s %s #%llu: it is in %s, %llu collectives started", desc,
+        a->where.seq < comm->seq ? "has not entered" : "is past", call,
+        (unsigned long long)comm->seq, a->where.call,
+        (unsigned long long)a->where.seq);
+  if (a->where.wait_for >= 0)
+    say(t, ", waiting %lld ms %s rank %d", (long long)a->where.wait_ms,
+        a->where.wait_send ? "to send to" : "for data from",
+        a->where.wait_for);
+}
+
+/* Every rank answered from this call: who waits for whom. */
+static void say_waits(struct text *t, const struct hoop_comm *comm,
+                      const struct asked *asked, const char *call) {
+  say(t, "every rank answered from %s #%llu or later; waiting:", call,
+      (unsigned long long)comm->seq);
+  for (int p = 0; p < comm->nranks; p++) {
+    int on = p == comm->rank ? comm->wait_for : asked[p].where.wait_for;
+    int send = p == comm->rank ? comm->wait_send : asked[p].where.wait_send;
+    if (on >= 0)
+      say(t, " %d%s%d", p, send ? "=>" : "<=", on);
+  }
+  say(t, " (=> to send, <= for data)");
+}
+
+static void verdict(struct hoop_comm *comm, const struct asked *asked,
+                    struct text *t) {
+  const char *call = comm->call != NULL ? comm->call : "a call";
+  int named = 0, culprits = 0;
+  say(t, "stall report: ");
+  for (int p = 0; p < comm->nranks; p++) {
+    if (!culprit(comm, p, &asked[p]))
+      continue;
+    culprits++;
+    if (named < 3) {
+      say(t, "%s", named > 0 ? "; " : "");
+      say_culprit(t, comm, p, &asked[p], call);
+      named++;
+    }
+  }
+  if (culprits > named)
+    say(t, "; and %d more", culprits - named);
+  if (culprits == 0) {
+    say_waits(t, comm, asked, call);
+    return;
+  }
+  say_ranks(t, comm, asked, with_me, "wait", "waits");
+  say(t, " in %s #%llu", call, (unsigned long long)comm->seq);
+  say_ranks(t, comm, asked, ahead, "are past it", "is past it");
+}
+
+void hoop__comm_report_stall(struct hoop_comm *comm) {
+  if (comm->nranks < 2)
+    return;
+  struct asked *asked = calloc((size_t)comm->nranks, sizeof *asked);
+  if (asked == NULL)
+    return;
+  for (int p = 0; p < comm->nranks; p++)
+    asked[p].fd = -1;
+  char cause[HOOP_ERROR_MAX];
+  snprintf(cause, sizeof cause, "%s", comm->last_error);
+  if (ask_all(comm, asked)) {
+    char report[HOOP_ERROR_MAX];
+    struct text t = {report, sizeof report, 0};
+    report[0] = '\0';
+    verdict(comm, asked, &t);
+    HOOP_ERROR(comm, HOOP_ERR_TIMEOUT, "%s. %s", report, cause);
+  }
+  free(asked);
+}
