@@ -347,6 +347,38 @@ TEST(Errors, StoppedRankIsNamedByEverySurvivor3) { stopped_rank_case(3, 1); }
 TEST(Errors, StoppedRankIsNamedByEverySurvivor4) { stopped_rank_case(4, 2); }
 TEST(Errors, StoppedRankIsNamedByEverySurvivor8) { stopped_rank_case(8, 5); }
 
+// A rank in another call of the same communicator, one that crosses no
+// header with the others (a receive from a peer that is not its ring
+// neighbour), answers when asked: the report names the call it is in and
+// the one the others are in, whoever reports first.
+TEST(Errors, RankInAnotherCallIsNamedWithItsCall) {
+  hoop_config_t cfg = HOOP_CONFIG_INIT;
+  cfg.timeout_ms = 1500;
+  RunOptions opt;
+  opt.config = &cfg;
+  RunResult r = run_ranks(
+      4,
+      [](RankLog &log, hoop_comm_t comm, int rank, int n) {
+        expect_usable(log, comm, n);
+        RANK_EXPECT_OK(log, comm, hoop_comm_set_algo(comm, HOOP_ALGO_RING));
+        std::vector<float> v(1024, 1.0f);
+        hoop_result_t res =
+            rank == 0 ? hoop_recv(comm, v.data(), v.size(), HOOP_F32, 2,
+                                  nullptr)
+                      : hoop_allreduce(comm, v.data(), v.data(), v.size(),
+                                       HOOP_F32, HOOP_SUM, nullptr);
+        RANK_EXPECT(log, res == HOOP_ERR_TIMEOUT || res == HOOP_ERR_REMOTE,
+                    "got %s: %s", hoop_result_name(res),
+                    hoop_comm_last_error(comm));
+        RANK_EXPECT(log, mentions(comm, "stall report: rank ") &&
+                             mentions(comm, "hoop_recv") &&
+                             mentions(comm, "hoop_allreduce"),
+                    "message: %s", hoop_comm_last_error(comm));
+      },
+      opt);
+  EXPECT_TRUE(r.all_ok()) << describe(r);
+}
+
 // Running out of memory while building a plan happens after the call has
 // taken its sequence number, with the peers already in the call: the rank
 // must break the communicator and tell them, not leave them to time out.

@@ -55,6 +55,9 @@ void hoop__comm_answer_query(struct hoop_comm *comm, int fd) {
   close(fd);
 }
 
+/* How long a rank that found a peer gone waits for that peer's notice. */
+#define GONE_NOTICE_MS 200
+
 /* How long the asking rank waits for answers. */
 static int answer_ms(const struct hoop_comm *comm) {
   int ms = comm->timeout_ms / 5;
@@ -69,6 +72,7 @@ enum step {
   SILENT, /* no answer in time */
   GONE,   /* refused or closed: the process has gone */
   WRONG,  /* answered with what a rank of this job would not */
+  UNASKED, /* this rank could not open a socket to ask it */
 };
 
 struct asked {
@@ -87,12 +91,16 @@ _Static_assert(sizeof(struct hoop_auth_challenge) <=
 
 static void start(struct hoop_comm *comm, int peer, struct asked *a) {
   a->fd = -1;
-  a->step = GONE;
+  a->step = UNASKED;
   if (hoop__auth_handshake(comm->comm_id, comm->rank, peer,
                            HOOP_QUERY_CHANNEL, &a->hs) != HOOP_SUCCESS)
     return;
-  if (hoop__sock_connect_start(&comm->peers[peer].addr, &a->fd) == 0)
+  int err = hoop__sock_connect_start(&comm->peers[peer].addr, &a->fd);
+  /* Out of descriptors or memory here says nothing about the peer. */
+  if (err == 0)
     a->step = DIALING;
+  else if (err != EMFILE && err != ENFILE && err != ENOBUFS && err != ENOMEM)
+    a->step = GONE;
 }
 
 static void wrong(struct asked *a, const char *why) {
@@ -198,7 +206,8 @@ static bool ask_all(struct hoop_comm *comm, struct asked *asked) {
       who[m++] = p;
     }
     long long left = deadline - hoop__now_ms();
-    if (m == 0 || left <= 0)
+    if (m == 0 || left <= 0 ||
+        __atomic_load_n(&comm->aborted, __ATOMIC_ACQUIRE))
       break;
     int l = hoop__listener_pollfds(&comm->listener, fds + m);
     if (poll(fds, (nfds_t)(m + l), (int)left) <= 0)
@@ -214,13 +223,21 @@ static bool ask_all(struct hoop_comm *comm, struct asked *asked) {
         comm->notice_received)
       break;
   }
+  bool gone = false;
   for (int p = 0; p < n; p++) {
     if (p == comm->rank)
       continue;
     if (asking(&asked[p]))
       asked[p].step = SILENT;
+    gone |= asked[p].step == GONE;
     hoop__sock_close(&asked[p].fd);
   }
+  /*
+   * A peer that has gone usually broke first and left its notice, which
+   * may still be on its way through this rank's listener.
+   */
+  if (!comm->notice_received)
+    hoop__comm_check_notices(comm, gone ? GONE_NOTICE_MS : 0);
   free(fds);
   free(who);
   return !comm->notice_received;
@@ -285,7 +302,7 @@ static bool with_me(const struct hoop_comm *comm, int p,
  */
 static bool culprit(const struct hoop_comm *comm, int p,
                     const struct asked *a) {
-  if (p == comm->rank)
+  if (p == comm->rank || a->step == UNASKED)
     return false;
   if (!answered_call(a) || a->where.seq < comm->seq)
     return true;
@@ -295,7 +312,14 @@ static bool culprit(const struct hoop_comm *comm, int p,
 /* Past this rank's call, and not what it waits for. */
 static bool ahead(const struct hoop_comm *comm, int p,
                   const struct asked *a) {
-  return !culprit(comm, p, a) && !with_me(comm, p, a);
+  return a->step != UNASKED && !culprit(comm, p, a) && !with_me(comm, p, a);
+}
+
+static bool unasked(const struct hoop_comm *comm, int p,
+                    const struct asked *a) {
+  (void)comm;
+  (void)p;
+  return a->step == UNASKED;
 }
 
 /* Why rank p is not where this rank is. */
@@ -337,9 +361,12 @@ static void say_culprit(struct text *t, struct hoop_comm *comm, int p,
 /* Every rank answered from this call: who waits for whom. */
 static void say_waits(struct text *t, const struct hoop_comm *comm,
                       const struct asked *asked, const char *call) {
-  say(t, "every rank answered from %s #%llu or later; waiting:", call,
+  say(t, "the ranks that answered are all in %s #%llu or later; waiting:",
+      call,
       (unsigned long long)comm->seq);
   for (int p = 0; p < comm->nranks; p++) {
+    if (p != comm->rank && asked[p].step != ANSWERED)
+      continue;
     int on = p == comm->rank ? comm->wait_for : asked[p].where.wait_for;
     int send = p == comm->rank ? comm->wait_send : asked[p].where.wait_send;
     if (on >= 0)
@@ -367,11 +394,14 @@ static void verdict(struct hoop_comm *comm, const struct asked *asked,
     say(t, "; and %d more", culprits - named);
   if (culprits == 0) {
     say_waits(t, comm, asked, call);
-    return;
+  } else {
+    say_ranks(t, comm, asked, with_me, "wait", "waits");
+    say(t, " in %s #%llu", call, (unsigned long long)comm->seq);
+    say_ranks(t, comm, asked, ahead, "are past it", "is past it");
   }
-  say_ranks(t, comm, asked, with_me, "wait", "waits");
-  say(t, " in %s #%llu", call, (unsigned long long)comm->seq);
-  say_ranks(t, comm, asked, ahead, "are past it", "is past it");
+  say_ranks(t, comm, asked, unasked,
+            "could not be asked (this rank is out of descriptors)",
+            "could not be asked (this rank is out of descriptors)");
 }
 
 void hoop__comm_report_stall(struct hoop_comm *comm) {
