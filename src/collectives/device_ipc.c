@@ -362,6 +362,8 @@ static hoop_result_t watch(struct hoop_comm *comm,
         moved = t;
       }
       int behind = furthest_behind(comm, p, now);
+      /* For the peers that ask where this rank is (core/inquiry.c). */
+      hoop__comm_waiting(comm, behind, 0, moved);
       char desc[128] = "no peer: this rank's own GPU work";
       if (behind >= 0)
         hoop__peer_desc(comm, behind, desc, sizeof desc);

@@ -24,6 +24,8 @@ hoop_result_t hoop__auth_random(void *buf, size_t len) {
   return HOOP_SUCCESS;
 }
 
+void hoop__auth_wipe(void *buf, size_t len) { OPENSSL_cleanse(buf, len); }
+
 void hoop__auth_key_from_token(const char *token, struct hoop_auth_key *key) {
   /* The label keeps this key apart from any other use of the same text. */
   static const char label[] = "hoop job secret v1";

@@ -49,6 +49,9 @@ struct hoop_auth_key {
    fall back to anything guessable. */
 hoop_result_t hoop__auth_random(void *buf, size_t len);
 
+/* Overwrites a secret in memory so that the compiler cannot skip it. */
+void hoop__auth_wipe(void *buf, size_t len);
+
 /* The key of a job whose ranks share the text `token`. */
 void hoop__auth_key_from_token(const char *token, struct hoop_auth_key *key);
 

@@ -297,8 +297,12 @@ static size_t hello_bytes(int32_t channel) {
  * that connections which never speak or never prove themselves hold up no
  * one.
  */
-static hoop_result_t gather_hellos(struct hoop_comm *comm, int lfd, int *fds,
-                                   long long deadline) {
+/*
+ * Takes the rendezvous socket *lfd over (and sets it to -1): the listener
+ * closes it, whether it opens or not.
+ */
+static hoop_result_t gather_hellos(struct hoop_comm *comm, int *lfd,
+                                   int *fds, long long deadline) {
   struct hoop_listener l = {
       .key = comm->auth_key,
       .comm_id = comm->comm_id,
@@ -310,7 +314,8 @@ static hoop_result_t gather_hellos(struct hoop_comm *comm, int lfd, int *fds,
       .max_unproven = HOOP_LISTENER_STRANGERS +
                       (comm->nranks < 960 ? comm->nranks : 960),
   };
-  hoop_result_t res = hoop__listener_open(&l, NULL, lfd);
+  hoop_result_t res = hoop__listener_open(&l, NULL, *lfd);
+  *lfd = -1;
   if (res != HOOP_SUCCESS) {
     hoop__error_attach(comm);
     return res;
@@ -341,7 +346,7 @@ static hoop_result_t gather_hellos(struct hoop_comm *comm, int lfd, int *fds,
   return res;
 }
 
-static hoop_result_t root_gather(struct hoop_comm *comm, int lfd,
+static hoop_result_t root_gather(struct hoop_comm *comm, int *lfd,
                                  long long deadline) {
   hoop_result_t res = HOOP_SUCCESS;
   int n = comm->nranks;
@@ -473,7 +478,7 @@ hoop_result_t hoop__bootstrap(struct hoop_comm *comm,
     res = hoop__auth_random(comm->listener.session,
                             sizeof comm->listener.session);
   if (res == HOOP_SUCCESS && comm->nranks > 1)
-    res = root_gather(comm, lfd, deadline);
-  close(lfd);
+    res = root_gather(comm, &lfd, deadline);
+  hoop__sock_close(&lfd);
   return res;
 }

@@ -183,10 +183,10 @@ static void warn_unauthenticated(void) {
  * or from the file HOOP_AUTH_TOKEN_FILE names.  Without either the job is
  * refused, unless HOOP_AUTH=off, which runs it with a key anyone knows.
  */
-static hoop_result_t read_secret(struct hoop_auth_key *key) {
+static hoop_result_t secret_from(const char *file, char *text, size_t cap,
+                                 struct hoop_auth_key *key) {
   const char *auth = env_text("HOOP_AUTH");
   const char *token = env_text("HOOP_AUTH_TOKEN");
-  const char *file = env_text("HOOP_AUTH_TOKEN_FILE");
   if (*auth != '\0' && strcmp(auth, "on") != 0 && strcmp(auth, "off") != 0)
     return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
                       "HOOP_AUTH=%s is neither on nor off", auth);
@@ -194,9 +194,8 @@ static hoop_result_t read_secret(struct hoop_auth_key *key) {
     return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
                       "both HOOP_AUTH_TOKEN and HOOP_AUTH_TOKEN_FILE are "
                       "set; set one");
-  char text[4096];
   if (*file != '\0') {
-    HOOP_CHECK(read_token_file(file, text, sizeof text));
+    HOOP_CHECK(read_token_file(file, text, cap));
     token = text;
   }
   if (*token == '\0' && strcmp(auth, "off") == 0) {
@@ -224,6 +223,15 @@ static hoop_result_t read_secret(struct hoop_auth_key *key) {
                       len, HOOP_AUTH_TOKEN_MIN);
   hoop__auth_key_from_token(token, key);
   return HOOP_SUCCESS;
+}
+
+/* The file's token does not outlive reading it. */
+static hoop_result_t read_secret(struct hoop_auth_key *key) {
+  char text[4096];
+  hoop_result_t res =
+      secret_from(env_text("HOOP_AUTH_TOKEN_FILE"), text, sizeof text, key);
+  hoop__auth_wipe(text, sizeof text);
+  return res;
 }
 
 /* Every rank derives the same communicator id from the address. */
@@ -278,11 +286,12 @@ static hoop_result_t wait_for_id(const char *path, int timeout_ms,
                                  hoop_unique_id_t *id) {
   long long deadline = hoop__now_ms() + timeout_ms;
   for (;;) {
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    /* Non-blocking: a FIFO put in the file's place must not hang us. */
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
     if (fd >= 0) {
       struct stat st;
-      bool ours = fstat(fd, &st) == 0 && st.st_uid == geteuid() &&
-                  (st.st_mode & 077) == 0;
+      bool ours = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+                  st.st_uid == geteuid() && (st.st_mode & 077) == 0;
       ssize_t n = ours ? read(fd, id, sizeof *id) : -1;
       close(fd);
       if (!ours)

@@ -70,9 +70,9 @@ enum step {
   ANSWER,    /* proof sent, reading its whereabouts */
   ANSWERED,
   SILENT, /* no answer in time */
-  GONE,   /* refused or closed: the process has gone */
+  GONE,   /* refused: the process has gone */
   WRONG,  /* answered with what a rank of this job would not */
-  UNASKED, /* this rank could not open a socket to ask it */
+  UNASKED, /* no socket to ask it, or the question was dropped */
 };
 
 struct asked {
@@ -115,8 +115,12 @@ static bool read_some(struct asked *a, size_t want) {
     a->got += (size_t)n;
     return a->got == want;
   }
+  /*
+   * Closed after accepting: the peer exited meanwhile, or its listener,
+   * crowded, dropped the question; either way the peer cannot be judged.
+   */
   if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
-    a->step = GONE;
+    a->step = UNASKED;
   return false;
 }
 
@@ -229,7 +233,7 @@ static bool ask_all(struct hoop_comm *comm, struct asked *asked) {
       continue;
     if (asking(&asked[p]))
       asked[p].step = SILENT;
-    gone |= asked[p].step == GONE;
+    gone |= asked[p].step == GONE || asked[p].step == UNASKED;
     hoop__sock_close(&asked[p].fd);
   }
   /*
@@ -334,7 +338,7 @@ static void say_culprit(struct text *t, struct hoop_comm *comm, int p,
         desc, answer_ms(comm));
     return;
   case GONE:
-    say(t, "%s is gone (its listener refused or closed)", desc);
+    say(t, "%s is gone (its listener refused the question)", desc);
     return;
   case WRONG:
     say(t, "%s answered wrongly (%s)", desc, a->why);
@@ -399,9 +403,8 @@ static void verdict(struct hoop_comm *comm, const struct asked *asked,
     say(t, " in %s #%llu", call, (unsigned long long)comm->seq);
     say_ranks(t, comm, asked, ahead, "are past it", "is past it");
   }
-  say_ranks(t, comm, asked, unasked,
-            "could not be asked (this rank is out of descriptors)",
-            "could not be asked (this rank is out of descriptors)");
+  say_ranks(t, comm, asked, unasked, "could not be asked",
+            "could not be asked");
 }
 
 void hoop__comm_report_stall(struct hoop_comm *comm) {
@@ -411,7 +414,7 @@ void hoop__comm_report_stall(struct hoop_comm *comm) {
   if (asked == NULL)
     return;
   for (int p = 0; p < comm->nranks; p++)
-    asked[p].fd = -1;
+    asked[p] = (struct asked){.fd = -1, .step = UNASKED};
   char cause[HOOP_ERROR_MAX];
   snprintf(cause, sizeof cause, "%s", comm->last_error);
   if (ask_all(comm, asked)) {
