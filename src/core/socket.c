@@ -117,7 +117,35 @@ hoop_result_t hoop__addr_parse(const char *text, struct hoop_addr *addr) {
   return HOOP_SUCCESS;
 }
 
-int hoop__iface_match(const char *spec, const char *name, const char **why) {
+/*
+ * The length of an entry's name part and, in *entry_port, the port it
+ * names (0: every port).  -1 when the port is not 1..255 in digits.
+ */
+static int entry_name_len(const char *entry, size_t len, bool with_ports,
+                          int *entry_port) {
+  *entry_port = 0;
+  const char *colon = with_ports ? memchr(entry, ':', len) : NULL;
+  if (colon == NULL)
+    return (int)len;
+  size_t digits = len - (size_t)(colon - entry) - 1;
+  int port = 0;
+  for (size_t i = 1; i <= digits; i++) {
+    if (colon[i] < '0' || colon[i] > '9' || port > 255)
+      return -1;
+    port = port * 10 + (colon[i] - '0');
+  }
+  if (digits == 0 || port < 1 || port > 255)
+    return -1;
+  *entry_port = port;
+  return (int)(colon - entry);
+}
+
+/*
+ * hoop__iface_match and hoop__port_match: the whole list is read even
+ * after a match, so that a malformed entry is refused whatever `name` is.
+ */
+static int list_match(const char *spec, const char *name, int port,
+                      bool with_ports, const char **why) {
   const char *p = spec;
   bool exclude = *p == '^';
   p += exclude;
@@ -125,24 +153,38 @@ int hoop__iface_match(const char *spec, const char *name, const char **why) {
   p += exact;
   if (*p == '\0') {
     if (why != NULL)
-      *why = "names no interface";
+      *why = with_ports ? "names no device" : "names no interface";
     return -1;
   }
   bool listed = false;
   size_t name_len = strlen(name);
   for (;;) {
     size_t len = strcspn(p, ",");
-    if (len == 0) {
+    int entry_port;
+    int n = entry_name_len(p, len, with_ports, &entry_port);
+    if (n <= 0) {
       if (why != NULL)
-        *why = "has an empty entry";
+        *why = n == 0 ? "has an empty entry"
+                      : "has an entry whose port is not 1 to 255";
       return -1;
     }
-    if (strncmp(name, p, len) == 0 && (!exact || name_len == len))
+    if (strncmp(name, p, (size_t)n) == 0 &&
+        (!exact || name_len == (size_t)n) &&
+        (entry_port == 0 || entry_port == port))
       listed = true;
     if (p[len] == '\0')
       return listed != exclude;
     p += len + 1;
   }
+}
+
+int hoop__iface_match(const char *spec, const char *name, const char **why) {
+  return list_match(spec, name, 0, false, why);
+}
+
+int hoop__port_match(const char *spec, const char *name, int port,
+                     const char **why) {
+  return list_match(spec, name, port, true, why);
 }
 
 /* A link-local IPv6 address needs a scope id, which hoop_addr lacks. */

@@ -55,6 +55,15 @@ hoop_result_t hoop__addr_parse(const char *text, struct hoop_addr *addr);
  */
 int hoop__iface_match(const char *spec, const char *name, const char **why);
 
+/*
+ * hoop__iface_match's rules for a list of devices and ports, as NCCL's
+ * NCCL_IB_HCA takes them: an entry may end in ":port" (1 to 255), and then
+ * selects only that port of the devices its name selects ("mlx5_0:1,
+ * mlx5_1" is port 1 of mlx5_0 and every port of mlx5_1).
+ */
+int hoop__port_match(const char *spec, const char *name, int port,
+                     const char **why);
+
 /* An interface chosen by a HOOP_SOCKET_IFNAME-style setting. */
 struct hoop_iface {
   char name[IF_NAMESIZE];
