@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "core/hash.h"
 #include "core/log.h"
+#include "transport/ib.h"
 
 /*
  * Listening sockets opened by hoop__uid_create, waiting for this process's
@@ -144,13 +145,17 @@ static int16_t count_entries(const char *dir) {
 /*
  * What this rank could use.  Devices are counted from the kernel's view
  * (driver directories) so that hoop-info shows them even in a build
- * without CUDA or verbs.
+ * without CUDA or verbs.  The RDMA port is published whether or not ib
+ * will be used, so that every rank can say why a pair cannot use it.
  */
 static void learn_capabilities(struct hoop_peer_info *me) {
   if (access("/dev/shm", W_OK) == 0)
     me->caps |= HOOP_CAP_SHM;
   me->cuda_devices = count_entries("/proc/driver/nvidia/gpus");
   me->verbs_devices = count_entries("/sys/class/infiniband");
+  char why[256];
+  hoop__ib_publish(&me->rdma, why, sizeof why);
+  HOOP_INFO("rank %d: RDMA: %s", me->rank, why);
 }
 
 static void fill_self(struct hoop_comm *comm, const struct hoop_addr *listen) {

@@ -29,12 +29,20 @@
 /*
  * Tunables that are text.  Each accessor returns the variable's value, or
  * the default when it is unset or empty; the caller validates it, so that
- * the error reaches the call that used it.
+ * the error reaches the call that used it.  The HOOP_IB_* numbers are
+ * here rather than in HOOP_PARAMS so that a bad one is refused by name
+ * (transport/ib_settings.c) instead of replaced by its default.
  */
 #define HOOP_STRING_PARAMS(X)                                                \
   X(algo, "HOOP_ALGO", NULL)                                                 \
   X(socket_ifname, "HOOP_SOCKET_IFNAME", NULL)                              \
-  X(transport, "HOOP_TRANSPORT", NULL)
+  X(transport, "HOOP_TRANSPORT", NULL)                                      \
+  X(ib_hca, "HOOP_IB_HCA", NULL)                                             \
+  X(ib_gid_index, "HOOP_IB_GID_INDEX", NULL)                                 \
+  X(ib_timeout, "HOOP_IB_TIMEOUT", NULL)                                     \
+  X(ib_retry_cnt, "HOOP_IB_RETRY_CNT", NULL)                                 \
+  X(ib_sl, "HOOP_IB_SL", NULL)                                               \
+  X(ib_tc, "HOOP_IB_TC", NULL)
 
 #define HOOP_PARAM_DECLARE_(name, env, def) int64_t hoop__param_##name(void);
 HOOP_PARAMS(HOOP_PARAM_DECLARE_)

@@ -1,6 +1,7 @@
 /*
  * Transport selection: the first that can connect a pair of ranks wins, so
  * the list goes from the fastest (same host only) to the most general.
+ * A transport that is not finished serves only a job that names it.
  */
 #include "transport/transport.h"
 
@@ -17,16 +18,34 @@ static const struct hoop_transport_ops *const transports[] = {
 
 #define NTRANSPORTS (sizeof transports / sizeof *transports)
 
+/* ib: no data path yet (transport/ib.c). */
+static const struct hoop_transport_ops *const named_only[] = {
+    &hoop__ib_transport,
+};
+
+#define NNAMED_ONLY (sizeof named_only / sizeof *named_only)
+
+/* The transport called `name`, or NULL. */
+static const struct hoop_transport_ops *transport_named(const char *name) {
+  for (size_t i = 0; i < NTRANSPORTS; i++)
+    if (strcmp(name, transports[i]->name) == 0)
+      return transports[i];
+  for (size_t i = 0; i < NNAMED_ONLY; i++)
+    if (strcmp(name, named_only[i]->name) == 0)
+      return named_only[i];
+  return NULL;
+}
+
 const struct hoop_transport_ops *hoop__transport_pick(
     const struct hoop_peer_info *a, const struct hoop_peer_info *b) {
   const char *forced = hoop__param_transport();
-  for (size_t i = 0; i < NTRANSPORTS; i++) {
-    const struct hoop_transport_ops *t = transports[i];
-    if (forced != NULL && strcmp(forced, t->name) != 0)
-      continue;
-    if (t->can_connect(a, b))
-      return t;
+  if (forced != NULL) {
+    const struct hoop_transport_ops *t = transport_named(forced);
+    return t != NULL && t->can_connect(a, b) ? t : NULL;
   }
+  for (size_t i = 0; i < NTRANSPORTS; i++)
+    if (transports[i]->can_connect(a, b))
+      return transports[i];
   return NULL;
 }
 
@@ -51,11 +70,20 @@ hoop_result_t hoop__transport_connect(const struct hoop_peer_info *self,
     return HOOP_SUCCESS;
   }
   const char *forced = hoop__param_transport();
+  const struct hoop_transport_ops *named =
+      forced != NULL ? transport_named(forced) : NULL;
+  if (named != NULL && named->why_not != NULL) {
+    char why[400];
+    named->why_not(self, peer, why, sizeof why);
+    return HOOP_ERROR(NULL, HOOP_ERR_UNSUPPORTED,
+                      "HOOP_TRANSPORT=%s cannot join rank %d and %s: %s",
+                      forced, setup->rank, setup->peer_desc, why);
+  }
   if (forced != NULL)
     return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
                       "HOOP_TRANSPORT=%s: no such transport can connect "
                       "rank %d and %s (this build has: shm for ranks on one "
-                      "host, tcp)",
+                      "host, tcp, and ib, which has no data path yet)",
                       forced, setup->rank, setup->peer_desc);
   return HOOP_ERROR(NULL, HOOP_ERR_UNSUPPORTED,
                     "no transport can connect rank %d and %s", setup->rank,

@@ -59,6 +59,15 @@ struct hoop_transport_ops {
                       const struct hoop_peer_info *peer);
 
   /*
+   * Optional: why can_connect refuses the pair, as text naming the rank
+   * that lacks what, for the error when HOOP_TRANSPORT names this
+   * transport.
+   */
+  void (*why_not)(const struct hoop_peer_info *self,
+                  const struct hoop_peer_info *peer, char *why,
+                  size_t why_len);
+
+  /*
    * Establishes the connection.  Blocking, bounded by setup->deadline;
    * both ranks call it for each other.  setup lives only for the call.
    */
@@ -130,6 +139,7 @@ struct hoop_conn {
 
 extern const struct hoop_transport_ops hoop__shm_transport;
 extern const struct hoop_transport_ops hoop__tcp_transport;
+extern const struct hoop_transport_ops hoop__ib_transport;
 
 /*
  * The transport that ranks publishing `a` and `b` use (or would use, for a
