@@ -637,3 +637,20 @@ TEST(IbTransport, ForcedWithoutDevicesFailsInitNamingRankAndReason) {
   hoop_unique_id_release(&id);
   EXPECT_TRUE(r.all_ok()) << hooptest::describe(r);
 }
+
+TEST(IbTransport, HoopInfoShowsThePortsAndEachPair) {
+  hooptest::ShellOutput out = hooptest::run_shell(
+      std::string("env -u HOOP_TRANSPORT ") + HOOP_RUN_PATH + " -n 3 " +
+      HOOP_INFO_PATH);
+  ASSERT_EQ(out.status, 0) << out.text;
+  bool none = out.text.find("# no RDMA devices: ") != std::string::npos;
+  EXPECT_TRUE(none || out.text.find("# RDMA devices") != std::string::npos)
+      << out.text;
+  for (const char *pair : {"ranks 0 and 1: ", "ranks 0 and 2: ",
+                           "ranks 1 and 2: "})
+    EXPECT_NE(out.text.find(pair), std::string::npos) << pair << out.text;
+  if (none) {
+    EXPECT_NE(out.text.find("ranks 1 and 2: no: rank 1 "), std::string::npos)
+        << out.text;
+  }
+}

@@ -5,17 +5,24 @@
  *   hoop-run -n 8 hoop-info          (or mpirun, torchrun, srun)
  *
  * Rank 0 prints the build, the topology (each host's ranks and devices,
- * and which transport joins ranks within and across hosts), the cost
+ * and which transport joins ranks within and across hosts), the RDMA
+ * ports it sees and whether ib could join each pair of ranks, the cost
  * model's parameters (HOOP_ALPHA_NS, HOOP_LINK_MBPS or HOOP_HOST_MBPS), the
  * predicted all-reduce time
  * of each algorithm over a size sweep, which one AUTO picks, and the sizes
  * at which the predicted winner changes.
+ *
+ * The RDMA part reads what each rank published at bootstrap from the
+ * communicator itself (core/comm.h), the very thing the ib transport
+ * judges, so hoop-info is linked with the static library.
  */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "hoop.h"
+#include "core/comm.h"
+#include "transport/ib.h"
 
 static void die(hoop_comm_t comm, const char *what, hoop_result_t res) {
   fprintf(stderr, "hoop-info: %s: %s: %s\n", what, hoop_strerror(res),
@@ -115,6 +122,58 @@ static void print_topology(hoop_comm_t comm, int n) {
   free(count);
 }
 
+static void print_port(const struct hoop_ib_port *p) {
+  static const int mtu_bytes[] = {0, 256, 512, 1024, 2048, 4096};
+  printf("#   %s port %u: %s, %s, LID %u, MTU %d, %d GID(s)\n", p->device,
+         p->port, hoop__ib_state_name(p->state),
+         hoop__ib_link_layer_name(p->link_layer), p->lid, mtu_bytes[p->mtu],
+         p->ngids);
+  for (int i = 0; i < p->ngids; i++) {
+    char text[HOOP_IB_GID_STRLEN];
+    const struct hoop_ib_gid *g = &p->gids[i];
+    printf("#     GID %3u %-40s %s%s\n", g->index,
+           hoop__ib_gid_str(g->raw, text), hoop__ib_gid_type_name(g->type),
+           g->type != HOOP_GID_IB && hoop__ib_gid_is_ipv4(g->raw) ? ", IPv4"
+                                                                 : "");
+  }
+}
+
+/* The RDMA ports this rank's host has, as discovery finds them. */
+static void print_rdma_devices(void) {
+  struct hoop_ib_port *ports;
+  int n;
+  char why[256];
+  if (!hoop__ib_discover(&ports, &n, why, sizeof why)) {
+    printf("# RDMA devices: cannot list them: %s\n", why);
+    return;
+  }
+  if (n == 0)
+    printf("# no RDMA devices: %s\n", why);
+  else
+    printf("# RDMA devices (rank 0's host):\n");
+  for (int i = 0; i < n; i++)
+    print_port(&ports[i]);
+  free(ports);
+}
+
+/*
+ * Whether ib could join each pair of ranks, from the ports they
+ * published; past 16 ranks, only the pairs with rank 0.
+ */
+static void print_ib_pairs(hoop_comm_t comm, int n) {
+  printf("# ib (only with HOOP_TRANSPORT=ib; its data path is not written "
+         "yet)%s:\n", n > 16 ? ", rank 0 to each rank" : "");
+  for (int a = 0; a < n; a++) {
+    for (int b = a + 1; b < n && (a == 0 || n <= 16); b++) {
+      char why[400];
+      bool ok = hoop__ib_select(&comm->peers[a].rdma, a,
+                                &comm->peers[b].rdma, b, why, sizeof why);
+      printf("#   ranks %d and %d: %s: %s\n", a, b,
+             ok ? "could use ib" : "no", why);
+    }
+  }
+}
+
 int main(void) {
   hoop_comm_t comm;
   hoop_result_t res = hoop_comm_init_env(&comm, NULL);
@@ -131,6 +190,8 @@ int main(void) {
     printf("# hoop %s, %d ranks, %s\n", hoop_version_string(), n,
            m.single_host ? "all on one host" : "on several hosts");
     print_topology(comm, n);
+    print_rdma_devices();
+    print_ib_pairs(comm, n);
     printf("# model: alpha %.1f us per hop; ", m.alpha_s * 1e6);
     if (m.single_host)
       printf("host copies at %.0f MB/s per core, %d cores "
