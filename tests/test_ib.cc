@@ -654,3 +654,18 @@ TEST(IbTransport, HoopInfoShowsThePortsAndEachPair) {
         << out.text;
   }
 }
+
+// softroce.sh check makes nothing: it only says whether Soft-RoCE can be
+// set up here, and plainly why not.
+TEST(SoftRoce, CheckSaysWhetherThisKernelCanDoIt) {
+  hooptest::ShellOutput out = hooptest::run_shell(
+      std::string(HOOP_SOURCE_DIR) + "/tools/softroce.sh check");
+  if (out.status == 0) {
+    EXPECT_NE(out.text.find("this kernel has rdma_rxe"), std::string::npos)
+        << out.text;
+    return;
+  }
+  EXPECT_EQ(out.status, 77) << out.text;
+  EXPECT_NE(out.text.find("cannot set up Soft-RoCE here: "), std::string::npos)
+      << out.text;
+}
