@@ -1,9 +1,9 @@
-// The RDMA verbs transport's phase 1 (transport/ib.h): its settings, the
-// HOOP_IB_HCA filter, the choice of GID, whether two ranks' ports can be
-// joined and why not, the connection information's parser, discovery
-// where there are devices, and HOOP_TRANSPORT=ib failing hoop_comm_init
-// where ib cannot be used.  All but discovery run from tables, so they
-// need no RDMA device.
+// The RDMA verbs transport's phase 1 (core/rdma.h, transport/ib.h): its
+// settings, the HOOP_IB_HCA filter, the choice of GID, when a rank looks
+// for its ports, whether two ranks' ports can be joined and why not, the
+// connection information's parser, discovery where there are devices, and
+// HOOP_TRANSPORT=ib failing hoop_comm_init where ib cannot be used.  All
+// but discovery run from tables, so they need no RDMA device.
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 
@@ -16,6 +16,8 @@
 #include "harness.h"
 
 extern "C" {
+#include "core/comm.h"
+#include "core/rdma.h"
 #include "core/wire.h"
 #include "hoop_build_config.h"
 #include "transport/ib.h"
@@ -31,21 +33,21 @@ namespace {
 
 struct SettingsResult {
   bool ok;
-  hoop_ib_settings s;
+  hoop_rdma_settings s;
   std::string why;
 };
 
-SettingsResult parse(const hoop_ib_setting_texts &t) {
+SettingsResult parse(const hoop_rdma_setting_texts &t) {
   SettingsResult r{};
   char why[400] = "";
-  r.ok = hoop__ib_settings_parse(&t, &r.s, why, sizeof why);
+  r.ok = hoop__rdma_settings_parse(&t, &r.s, why, sizeof why);
   r.why = why;
   return r;
 }
 
 // The texts with one variable, named as in the environment, set.
-hoop_ib_setting_texts with(const std::string &env, const char *text) {
-  hoop_ib_setting_texts t{};
+hoop_rdma_setting_texts with(const std::string &env, const char *text) {
+  hoop_rdma_setting_texts t{};
   if (env == "HOOP_IB_HCA")
     t.hca = text;
   else if (env == "HOOP_IB_GID_INDEX")
@@ -61,8 +63,8 @@ hoop_ib_setting_texts with(const std::string &env, const char *text) {
   return t;
 }
 
-hoop_ib_gid gid(int index, int type, std::vector<uint8_t> raw) {
-  hoop_ib_gid g{};
+hoop_rdma_gid gid(int index, int type, std::vector<uint8_t> raw) {
+  hoop_rdma_gid g{};
   g.index = (uint8_t)index;
   g.type = (uint8_t)type;
   memcpy(g.raw, raw.data(), raw.size() < 16 ? raw.size() : 16);
@@ -79,9 +81,10 @@ std::vector<uint8_t> ib_gid(uint8_t subnet, uint8_t guid) {
 }
 
 // A port as discovery would find it; gids in index order.
-hoop_ib_port port(const char *device, int num, int link_layer,
-                  std::vector<hoop_ib_gid> gids, int state = HOOP_PORT_ACTIVE) {
-  hoop_ib_port p{};
+hoop_rdma_local_port port(const char *device, int num, int link_layer,
+                          std::vector<hoop_rdma_gid> gids,
+                          int state = HOOP_PORT_ACTIVE) {
+  hoop_rdma_local_port p{};
   snprintf(p.device, sizeof p.device, "%s", device);
   p.port = (uint8_t)num;
   p.state = (uint8_t)state;
@@ -95,7 +98,7 @@ hoop_ib_port port(const char *device, int num, int link_layer,
 }
 
 // A RoCE port with the usual four GIDs: link-local and IPv4, v1 and v2.
-hoop_ib_port roce(const char *device, uint8_t ip) {
+hoop_rdma_local_port roce(const char *device, uint8_t ip) {
   return port(device, 1, HOOP_LINK_ETH,
               {gid(0, HOOP_GID_ROCE_V1, kLinkLocal),
                gid(1, HOOP_GID_ROCE_V2, kLinkLocal),
@@ -103,14 +106,15 @@ hoop_ib_port roce(const char *device, uint8_t ip) {
                gid(3, HOOP_GID_ROCE_V2, ipv4(ip))});
 }
 
-hoop_ib_port infiniband(const char *device, uint8_t subnet, uint8_t guid) {
+hoop_rdma_local_port infiniband(const char *device, uint8_t subnet,
+                                uint8_t guid) {
   return port(device, 1, HOOP_LINK_IB,
               {gid(0, HOOP_GID_IB, ib_gid(subnet, guid))});
 }
 
-hoop_rdma_port published(const hoop_ib_port &p, int gid_index = -1) {
+hoop_rdma_port published(const hoop_rdma_local_port &p, int gid_index = -1) {
   hoop_rdma_port r;
-  hoop__ib_describe(&p, gid_index, &r);
+  hoop__rdma_describe(&p, gid_index, &r);
   return r;
 }
 
@@ -118,6 +122,23 @@ hoop_rdma_port status_only(int status) {
   hoop_rdma_port r{};
   r.status = (uint8_t)status;
   return r;
+}
+
+// What this process would publish, looked up in a child so that the
+// environment `setup` makes (and hoop__rdma_probe_always) stay there:
+// "<status>: <why>".
+std::string publish_in_child(const std::function<void()> &setup) {
+  return hooptest::ask_in_child([&setup] {
+    setup();
+    hoop_rdma_port mine;
+    char why[400] = "";
+    hoop__rdma_publish(&mine, why, sizeof why);
+    return std::to_string(mine.status) + ": " + why;
+  });
+}
+
+std::string status_prefix(int status) {
+  return std::to_string(status) + ": ";
 }
 
 std::string select_why(const hoop_rdma_port &a, const hoop_rdma_port &b,
@@ -130,7 +151,7 @@ std::string select_why(const hoop_rdma_port &a, const hoop_rdma_port &b,
 }  // namespace
 
 TEST(IbSettings, DefaultsAreNcclsWhenUnset) {
-  SettingsResult r = parse(hoop_ib_setting_texts{});
+  SettingsResult r = parse(hoop_rdma_setting_texts{});
   ASSERT_TRUE(r.ok) << r.why;
   EXPECT_EQ(r.s.hca, nullptr);
   EXPECT_EQ(r.s.gid_index, -1);
@@ -143,22 +164,22 @@ TEST(IbSettings, DefaultsAreNcclsWhenUnset) {
 TEST(IbSettings, GoodValuesAreTaken) {
   struct Case {
     const char *env, *text;
-    int hoop_ib_settings::*field;
+    int hoop_rdma_settings::*field;
     int want;
   };
   const Case cases[] = {
-      {"HOOP_IB_GID_INDEX", "-1", &hoop_ib_settings::gid_index, -1},
-      {"HOOP_IB_GID_INDEX", "0", &hoop_ib_settings::gid_index, 0},
-      {"HOOP_IB_GID_INDEX", "255", &hoop_ib_settings::gid_index, 255},
-      {"HOOP_IB_TIMEOUT", "1", &hoop_ib_settings::timeout, 1},
-      {"HOOP_IB_TIMEOUT", "31", &hoop_ib_settings::timeout, 31},
-      {"HOOP_IB_RETRY_CNT", "0", &hoop_ib_settings::retry_cnt, 0},
-      {"HOOP_IB_RETRY_CNT", "7", &hoop_ib_settings::retry_cnt, 7},
-      {"HOOP_IB_SL", "0", &hoop_ib_settings::sl, 0},
-      {"HOOP_IB_SL", "15", &hoop_ib_settings::sl, 15},
-      {"HOOP_IB_TC", "0", &hoop_ib_settings::tc, 0},
-      {"HOOP_IB_TC", "106", &hoop_ib_settings::tc, 106},
-      {"HOOP_IB_TC", "255", &hoop_ib_settings::tc, 255},
+      {"HOOP_IB_GID_INDEX", "-1", &hoop_rdma_settings::gid_index, -1},
+      {"HOOP_IB_GID_INDEX", "0", &hoop_rdma_settings::gid_index, 0},
+      {"HOOP_IB_GID_INDEX", "255", &hoop_rdma_settings::gid_index, 255},
+      {"HOOP_IB_TIMEOUT", "1", &hoop_rdma_settings::timeout, 1},
+      {"HOOP_IB_TIMEOUT", "31", &hoop_rdma_settings::timeout, 31},
+      {"HOOP_IB_RETRY_CNT", "0", &hoop_rdma_settings::retry_cnt, 0},
+      {"HOOP_IB_RETRY_CNT", "7", &hoop_rdma_settings::retry_cnt, 7},
+      {"HOOP_IB_SL", "0", &hoop_rdma_settings::sl, 0},
+      {"HOOP_IB_SL", "15", &hoop_rdma_settings::sl, 15},
+      {"HOOP_IB_TC", "0", &hoop_rdma_settings::tc, 0},
+      {"HOOP_IB_TC", "106", &hoop_rdma_settings::tc, 106},
+      {"HOOP_IB_TC", "255", &hoop_rdma_settings::tc, 255},
   };
   for (const Case &c : cases) {
     SettingsResult r = parse(with(c.env, c.text));
@@ -213,9 +234,9 @@ TEST(IbSettings, TheEnvironmentIsReadInAFreshProcess) {
   std::string got = hooptest::ask_in_child([] {
     setenv("HOOP_IB_SL", "3", 1);
     setenv("HOOP_IB_TIMEOUT", "40", 1);
-    hoop_ib_settings s;
+    hoop_rdma_settings s;
     char why[400] = "";
-    bool ok = hoop__ib_settings_read(&s, why, sizeof why);
+    bool ok = hoop__rdma_settings_read(&s, why, sizeof why);
     return std::string(ok ? "ok" : "refused") + ": " + why;
   });
   EXPECT_NE(got.find("refused: HOOP_IB_TIMEOUT=40 is outside 1..31"),
@@ -246,33 +267,33 @@ TEST(IbSettings, HcaFilterTable) {
       {"mlx5_0:3", {}},
   };
   for (const Case &c : cases) {
-    std::vector<hoop_ib_port> ports = {
+    std::vector<hoop_rdma_local_port> ports = {
         roce("mlx5_0", 1), roce("mlx5_0", 2), roce("mlx5_1", 3),
         roce("mlx5_10", 4), roce("rxe0", 5)};
     ports[1].port = 2;
-    int n = hoop__ib_hca_filter(c.spec, ports.data(), (int)ports.size());
+    int n = hoop__rdma_hca_filter(c.spec, ports.data(), (int)ports.size());
     std::vector<std::string> got;
     for (int i = 0; i < n; i++)
       got.push_back(std::string(ports[(size_t)i].device) + ":" +
                     std::to_string(ports[(size_t)i].port));
     EXPECT_EQ(got, c.want) << (c.spec ? c.spec : "(unset)");
   }
-  hoop_ib_port one = roce("mlx5_0", 1);
-  EXPECT_EQ(hoop__ib_hca_filter("mlx5_0:x", &one, 1), -1);
+  hoop_rdma_local_port one = roce("mlx5_0", 1);
+  EXPECT_EQ(hoop__rdma_hca_filter("mlx5_0:x", &one, 1), -1);
 }
 
 TEST(IbSelect, GidChoiceTable) {
   struct Case {
     const char *name;
-    hoop_ib_port port;
+    hoop_rdma_local_port port;
     int setting;
     int want_index; // -1: none
     const char *why;
   };
-  hoop_ib_port v1_only = port("rxe0", 1, HOOP_LINK_ETH,
+  hoop_rdma_local_port v1_only = port("rxe0", 1, HOOP_LINK_ETH,
                               {gid(0, HOOP_GID_ROCE_V1, kLinkLocal),
                                gid(4, HOOP_GID_ROCE_V1, ipv4(1))});
-  hoop_ib_port v2_ipv6 = port("rxe0", 1, HOOP_LINK_ETH,
+  hoop_rdma_local_port v2_ipv6 = port("rxe0", 1, HOOP_LINK_ETH,
                               {gid(0, HOOP_GID_ROCE_V2, kLinkLocal),
                                gid(1, HOOP_GID_ROCE_V2,
                                    {0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0,
@@ -289,9 +310,9 @@ TEST(IbSelect, GidChoiceTable) {
        "rxe0 port 1 has no GID"},
   };
   for (const Case &c : cases) {
-    hoop_ib_gid g{};
+    hoop_rdma_gid g{};
     char why[200] = "";
-    bool ok = hoop__ib_choose_gid(&c.port, c.setting, &g, why, sizeof why);
+    bool ok = hoop__rdma_choose_gid(&c.port, c.setting, &g, why, sizeof why);
     EXPECT_EQ(ok, c.want_index >= 0) << c.name << ": " << why;
     if (ok)
       EXPECT_EQ(g.index, c.want_index) << c.name;
@@ -319,6 +340,10 @@ TEST(IbSelect, DecisionTable) {
        published(roce("mlx5_1", 2)), true, "mlx5_0:1 and mlx5_1:1, RoCE v2"},
       {"InfiniBand, one subnet", published(infiniband("mlx5_0", 1, 1)),
        published(infiniband("mlx5_0", 1, 2)), true, "InfiniBand"},
+      {"not probed there", published(roce("mlx5_0", 1)),
+       status_only(HOOP_RDMA_NOT_PROBED), false,
+       "rank 1 did not look for RDMA ports (a rank looks only with "
+       "HOOP_TRANSPORT=ib"},
       {"no device here", status_only(HOOP_RDMA_NO_DEVICE),
        published(roce("mlx5_0", 1)), false, "rank 0 has no RDMA device"},
       {"no device there", published(roce("mlx5_0", 1)),
@@ -529,14 +554,14 @@ TEST(IbConninfo, EveryFieldOutOfBoundsIsRefusedSayingWhy) {
 }
 
 TEST(IbDevices, DiscoveryDescribesEveryPortItFinds) {
-  hoop_ib_port *ports = nullptr;
+  hoop_rdma_local_port *ports = nullptr;
   int n = 0;
   char why[400] = "";
-  ASSERT_TRUE(hoop__ib_discover(&ports, &n, why, sizeof why)) << why;
+  ASSERT_TRUE(hoop__rdma_discover(&ports, &n, why, sizeof why)) << why;
   if (n == 0)
     GTEST_SKIP() << "no RDMA device: " << why;
   for (int i = 0; i < n; i++) {
-    const hoop_ib_port &p = ports[i];
+    const hoop_rdma_local_port &p = ports[i];
     EXPECT_NE(p.device[0], '\0');
     EXPECT_GE(p.port, 1);
     EXPECT_LT(p.state, HOOP_PORT_STATE_COUNT);
@@ -547,16 +572,15 @@ TEST(IbDevices, DiscoveryDescribesEveryPortItFinds) {
       EXPECT_LT(p.gids[g - 1].index, p.gids[g].index) << p.device;
   }
   free(ports);
-  hoop_rdma_port mine;
-  hoop__ib_publish(&mine, why, sizeof why);
-  EXPECT_EQ(mine.status, HOOP_RDMA_PORT) << why;
+  std::string got = publish_in_child([] { hoop__rdma_probe_always(); });
+  EXPECT_EQ(got.rfind(status_prefix(HOOP_RDMA_PORT), 0), 0u) << got;
 }
 
 TEST(IbDevices, WithoutDevicesDiscoverySaysWhy) {
-  hoop_ib_port *ports = nullptr;
+  hoop_rdma_local_port *ports = nullptr;
   int n = 0;
   char why[400] = "";
-  ASSERT_TRUE(hoop__ib_discover(&ports, &n, why, sizeof why)) << why;
+  ASSERT_TRUE(hoop__rdma_discover(&ports, &n, why, sizeof why)) << why;
   free(ports);
   if (n > 0)
     GTEST_SKIP() << "this host has RDMA devices";
@@ -564,12 +588,80 @@ TEST(IbDevices, WithoutDevicesDiscoverySaysWhy) {
   if (HOOP_HAVE_VERBS) {
     EXPECT_NE(strstr(why, "ibv_get_device_list"), nullptr) << why;
   }
-  hoop_rdma_port mine;
-  char detail[400] = "";
-  hoop__ib_publish(&mine, detail, sizeof detail);
-  EXPECT_EQ(mine.status,
-            HOOP_HAVE_VERBS ? HOOP_RDMA_NO_DEVICE : HOOP_RDMA_NOT_BUILT);
-  EXPECT_STREQ(detail, why);
+  std::string got = publish_in_child([] { hoop__rdma_probe_always(); });
+  EXPECT_EQ(got, status_prefix(HOOP_HAVE_VERBS ? HOOP_RDMA_NO_DEVICE
+                                               : HOOP_RDMA_NOT_BUILT) +
+                     why);
+}
+
+// Looking opens every RDMA device, so a rank looks only where ib may be
+// chosen; a bad HOOP_IB_* value then matters, and only then.
+TEST(IbPublish, ARankLooksOnlyWithHoopTransportIbOrWhenAsked) {
+  const std::string not_probed =
+      status_prefix(HOOP_RDMA_NOT_PROBED) +
+      "not probed: the ib transport is chosen only with HOOP_TRANSPORT=ib "
+      "until its data path exists";
+  EXPECT_EQ(publish_in_child([] {
+              unsetenv("HOOP_TRANSPORT");
+              setenv("HOOP_IB_SL", "99", 1);
+            }),
+            not_probed);
+  EXPECT_EQ(publish_in_child([] {
+              setenv("HOOP_TRANSPORT", "tcp", 1);
+              setenv("HOOP_IB_SL", "99", 1);
+            }),
+            not_probed);
+  const std::string bad = status_prefix(HOOP_RDMA_BAD_SETTING) +
+                          "HOOP_IB_SL=99 is outside 0..15";
+  std::string got = publish_in_child([] {
+    setenv("HOOP_TRANSPORT", "ib", 1);
+    setenv("HOOP_IB_SL", "99", 1);
+  });
+  EXPECT_EQ(got.rfind(bad, 0), 0u) << got;
+  got = publish_in_child([] {
+    unsetenv("HOOP_TRANSPORT");
+    setenv("HOOP_IB_SL", "99", 1);
+    hoop__rdma_probe_always();
+  });
+  EXPECT_EQ(got.rfind(bad, 0), 0u) << got;
+}
+
+// Without HOOP_TRANSPORT=ib a bad HOOP_IB_* value cannot fail init, and
+// no rank publishes a port it did not need to look for.
+TEST(IbPublish, WithoutHoopTransportIbInitIgnoresRdma) {
+  for (const char *transport : {"", "tcp"}) {
+    hoop_unique_id_t id;
+    ASSERT_EQ(hoop_get_unique_id(&id), HOOP_SUCCESS) << hoop_last_error();
+    RunOptions opt;
+    opt.init = false;
+    opt.timeout_s = 60;
+    RunResult r = run_ranks(
+        2,
+        [&id, transport](RankLog &log, hoop_comm_t, int rank, int nranks) {
+          if (*transport != '\0')
+            setenv("HOOP_TRANSPORT", transport, 1);
+          else
+            unsetenv("HOOP_TRANSPORT");
+          setenv("HOOP_IB_TIMEOUT", "40", 1);
+          hoop_comm_t comm = nullptr;
+          hoop_result_t res =
+              hoop_comm_init_rank(&comm, nranks, &id, rank, nullptr);
+          RANK_EXPECT(log, res == HOOP_SUCCESS, "init gave %s: %s",
+                      hoop_result_name(res), hoop_last_error());
+          if (comm == nullptr)
+            return;
+          for (int peer = 0; peer < nranks; peer++)
+            RANK_EXPECT(log,
+                        comm->peers[peer].rdma.status == HOOP_RDMA_NOT_PROBED,
+                        "rank %d published RDMA status %u", peer,
+                        (unsigned)comm->peers[peer].rdma.status);
+          hoop_comm_destroy(comm);
+        },
+        opt);
+    hoop_unique_id_release(&id);
+    EXPECT_TRUE(r.all_ok()) << "HOOP_TRANSPORT=" << transport << ": "
+                            << hooptest::describe(r);
+  }
 }
 
 // Where ib would be chosen, the transport says that its data path is not
@@ -597,10 +689,10 @@ TEST(IbTransport, APairItCouldJoinIsRefusedForWantOfADataPath) {
 }
 
 TEST(IbTransport, ForcedWithoutDevicesFailsInitNamingRankAndReason) {
-  hoop_ib_port *ports = nullptr;
+  hoop_rdma_local_port *ports = nullptr;
   int n = 0;
   char why[400] = "";
-  hoop__ib_discover(&ports, &n, why, sizeof why);
+  hoop__rdma_discover(&ports, &n, why, sizeof why);
   free(ports);
   if (n > 0)
     GTEST_SKIP() << "this host has RDMA devices, so ib is not impossible";
@@ -638,6 +730,36 @@ TEST(IbTransport, ForcedWithoutDevicesFailsInitNamingRankAndReason) {
   EXPECT_TRUE(r.all_ok()) << hooptest::describe(r);
 }
 
+TEST(IbTransport, ForcedWithABadSettingFailsInitNamingIt) {
+  hoop_unique_id_t id;
+  ASSERT_EQ(hoop_get_unique_id(&id), HOOP_SUCCESS) << hoop_last_error();
+  RunOptions opt;
+  opt.init = false;
+  opt.timeout_s = 60;
+  RunResult r = run_ranks(
+      2,
+      [&id](RankLog &log, hoop_comm_t, int rank, int nranks) {
+        setenv("HOOP_TRANSPORT", "ib", 1);
+        setenv("HOOP_IB_TIMEOUT", "40", 1);
+        hoop_comm_t comm = nullptr;
+        hoop_result_t res = hoop_comm_init_rank(&comm, nranks, &id, rank,
+                                                nullptr);
+        std::string err = hoop_last_error();
+        std::string want = "rank " + std::to_string(rank) +
+                           " has a malformed HOOP_IB_* setting: "
+                           "HOOP_IB_TIMEOUT=40 is outside 1..31";
+        RANK_EXPECT(log, res == HOOP_ERR_UNSUPPORTED, "init gave %s: %s",
+                    hoop_result_name(res), err.c_str());
+        RANK_EXPECT(log, err.find(want) != std::string::npos, "error: %s",
+                    err.c_str());
+        if (comm != nullptr)
+          hoop_comm_destroy(comm);
+      },
+      opt);
+  hoop_unique_id_release(&id);
+  EXPECT_TRUE(r.all_ok()) << hooptest::describe(r);
+}
+
 TEST(IbTransport, HoopInfoShowsThePortsAndEachPair) {
   hooptest::ShellOutput out = hooptest::run_shell(
       std::string("env -u HOOP_TRANSPORT ") + HOOP_RUN_PATH + " -n 3 " +
@@ -649,6 +771,8 @@ TEST(IbTransport, HoopInfoShowsThePortsAndEachPair) {
   for (const char *pair : {"ranks 0 and 1: ", "ranks 0 and 2: ",
                            "ranks 1 and 2: "})
     EXPECT_NE(out.text.find(pair), std::string::npos) << pair << out.text;
+  // hoop-info asks every rank to look, HOOP_TRANSPORT or not.
+  EXPECT_EQ(out.text.find("did not look"), std::string::npos) << out.text;
   if (none) {
     EXPECT_NE(out.text.find("ranks 1 and 2: no: rank 1 "), std::string::npos)
         << out.text;

@@ -16,7 +16,7 @@
 #include "core/error.h"
 #include "core/hash.h"
 #include "core/log.h"
-#include "transport/ib.h"
+#include "core/rdma.h"
 
 /*
  * Listening sockets opened by hoop__uid_create, waiting for this process's
@@ -145,8 +145,9 @@ static int16_t count_entries(const char *dir) {
 /*
  * What this rank could use.  Devices are counted from the kernel's view
  * (driver directories) so that hoop-info shows them even in a build
- * without CUDA or verbs.  The RDMA port is published whether or not ib
- * will be used, so that every rank can say why a pair cannot use it.
+ * without CUDA or verbs.  The RDMA port, where a rank looks for one
+ * (core/rdma.h), goes to every peer, so that each can say why ib cannot
+ * join a pair.
  */
 static void learn_capabilities(struct hoop_peer_info *me) {
   if (access("/dev/shm", W_OK) == 0)
@@ -154,7 +155,7 @@ static void learn_capabilities(struct hoop_peer_info *me) {
   me->cuda_devices = count_entries("/proc/driver/nvidia/gpus");
   me->verbs_devices = count_entries("/sys/class/infiniband");
   char why[256];
-  hoop__ib_publish(&me->rdma, why, sizeof why);
+  hoop__rdma_publish(&me->rdma, why, sizeof why);
   HOOP_INFO("rank %d: RDMA: %s", me->rank, why);
 }
 

@@ -31,7 +31,7 @@
  * the default when it is unset or empty; the caller validates it, so that
  * the error reaches the call that used it.  The HOOP_IB_* numbers are
  * here rather than in HOOP_PARAMS so that a bad one is refused by name
- * (transport/ib_settings.c) instead of replaced by its default.
+ * (core/rdma_settings.c) instead of replaced by its default.
  */
 #define HOOP_STRING_PARAMS(X)                                                \
   X(algo, "HOOP_ALGO", NULL)                                                 \

@@ -19,7 +19,8 @@
  * Only a HOOP_RDMA_PORT description has its other fields set.
  */
 enum hoop_rdma_status {
-  HOOP_RDMA_NO_DEVICE = 0, /* the kernel lists no RDMA device */
+  HOOP_RDMA_NOT_PROBED = 0, /* it did not look (core/rdma.h says when) */
+  HOOP_RDMA_NO_DEVICE,     /* the kernel lists no RDMA device */
   HOOP_RDMA_NOT_BUILT,     /* this build has no libibverbs */
   HOOP_RDMA_BAD_SETTING,   /* a HOOP_IB_* setting is malformed */
   HOOP_RDMA_NO_MATCH,      /* HOOP_IB_HCA selects none of the ports */

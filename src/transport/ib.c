@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/rdma.h"
 #include "transport/ib.h"
 #include "transport/transport.h"
 
@@ -34,7 +35,7 @@ static void ib_why_not(const struct hoop_peer_info *self,
     return;
   struct hoop_rdma_port again;
   char detail[256];
-  hoop__ib_publish(&again, detail, sizeof detail);
+  hoop__rdma_publish(&again, detail, sizeof detail);
   size_t used = strlen(why);
   snprintf(why + used, why_len - used, ": %s", detail);
 }

@@ -1,7 +1,7 @@
 /*
  * Device discovery through libibverbs: every port of every device, with
  * its state, link layer, LID, active MTU and populated GIDs, copied into
- * plain structs (ib.h) so that nothing past this file sees verbs.h.
+ * plain structs (core/rdma.h) so that nothing past this file sees verbs.h.
  */
 #include <errno.h>
 #include <infiniband/verbs.h>
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "transport/ib.h"
+#include "core/rdma.h"
 
 static uint8_t link_layer_of(uint8_t verbs) {
   /* Verbs reports ports from before RoCE as unspecified: they are IB. */
@@ -34,9 +34,9 @@ static bool gid_is_zero(const uint8_t raw[16]) {
  * says an entry is empty; RoCE tables fill only as addresses appear.
  */
 static bool read_gids(struct ibv_context *ctx, const char *device,
-                      struct hoop_ib_port *p, int table_len, char *why,
+                      struct hoop_rdma_local_port *p, int table_len, char *why,
                       size_t why_len) {
-  int n = table_len < HOOP_IB_MAX_GIDS ? table_len : HOOP_IB_MAX_GIDS;
+  int n = table_len < HOOP_RDMA_MAX_GIDS ? table_len : HOOP_RDMA_MAX_GIDS;
   p->ngids = 0;
   for (int i = 0; i < n; i++) {
     struct ibv_gid_entry e;
@@ -50,7 +50,7 @@ static bool read_gids(struct ibv_context *ctx, const char *device,
     }
     if (gid_is_zero(e.gid.raw))
       continue;
-    struct hoop_ib_gid *g = &p->gids[p->ngids++];
+    struct hoop_rdma_gid *g = &p->gids[p->ngids++];
     memcpy(g->raw, e.gid.raw, sizeof g->raw);
     g->index = (uint8_t)i;
     g->type = gid_type_of(e.gid_type);
@@ -59,7 +59,7 @@ static bool read_gids(struct ibv_context *ctx, const char *device,
 }
 
 static bool read_port(struct ibv_context *ctx, const char *device,
-                      uint8_t port, struct hoop_ib_port *p, char *why,
+                      uint8_t port, struct hoop_rdma_local_port *p, char *why,
                       size_t why_len) {
   struct ibv_port_attr attr;
   int rc = ibv_query_port(ctx, port, &attr);
@@ -68,7 +68,7 @@ static bool read_port(struct ibv_context *ctx, const char *device,
              strerror(rc));
     return false;
   }
-  memset(p, 0, offsetof(struct hoop_ib_port, gids));
+  memset(p, 0, offsetof(struct hoop_rdma_local_port, gids));
   snprintf(p->device, sizeof p->device, "%s", device);
   p->port = port;
   p->state = (int)attr.state < HOOP_PORT_STATE_COUNT ? (uint8_t)attr.state
@@ -82,8 +82,9 @@ static bool read_port(struct ibv_context *ctx, const char *device,
 }
 
 /* Appends the ports of one device to *ports, growing it. */
-static bool read_device(struct ibv_device *dev, struct hoop_ib_port **ports,
-                        int *nports, char *why, size_t why_len) {
+static bool read_device(struct ibv_device *dev,
+                        struct hoop_rdma_local_port **ports, int *nports,
+                        char *why, size_t why_len) {
   const char *name = ibv_get_device_name(dev);
   bool ok = false;
   struct ibv_context *ctx = ibv_open_device(dev);
@@ -97,7 +98,7 @@ static bool read_device(struct ibv_device *dev, struct hoop_ib_port **ports,
     snprintf(why, why_len, "ibv_query_device(%s): %s", name, strerror(rc));
     goto out_close;
   }
-  struct hoop_ib_port *grown =
+  struct hoop_rdma_local_port *grown =
       realloc(*ports, sizeof **ports * (size_t)(*nports + attr.phys_port_cnt));
   if (grown == NULL) {
     snprintf(why, why_len, "no memory for the ports of %s", name);
@@ -115,8 +116,8 @@ out_close:
   return ok;
 }
 
-bool hoop__ib_discover(struct hoop_ib_port **ports, int *nports, char *why,
-                       size_t why_len) {
+bool hoop__rdma_discover(struct hoop_rdma_local_port **ports, int *nports,
+                         char *why, size_t why_len) {
   *ports = NULL;
   *nports = 0;
   int ndev = 0;

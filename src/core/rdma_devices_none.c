@@ -4,10 +4,10 @@
  */
 #include <stdio.h>
 
-#include "transport/ib.h"
+#include "core/rdma.h"
 
-bool hoop__ib_discover(struct hoop_ib_port **ports, int *nports, char *why,
-                       size_t why_len) {
+bool hoop__rdma_discover(struct hoop_rdma_local_port **ports, int *nports,
+                         char *why, size_t why_len) {
   *ports = NULL;
   *nports = 0;
   snprintf(why, why_len, "this build of hoop has no RDMA verbs (libibverbs "

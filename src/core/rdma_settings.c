@@ -9,18 +9,18 @@
 
 #include "core/param.h"
 #include "core/socket.h"
-#include "transport/ib.h"
+#include "core/rdma.h"
 
 struct int_setting {
   const char *env;
-  size_t text;  /* offset of its text in struct hoop_ib_setting_texts */
-  size_t value; /* offset of its value in struct hoop_ib_settings */
+  size_t text;  /* offset of its text in struct hoop_rdma_setting_texts */
+  size_t value; /* offset of its value in struct hoop_rdma_settings */
   int lo, hi, def;
   const char *meaning; /* what the number is, for the error */
 };
 
-#define TEXT_AT(field) offsetof(struct hoop_ib_setting_texts, field)
-#define VALUE_AT(field) offsetof(struct hoop_ib_settings, field)
+#define TEXT_AT(field) offsetof(struct hoop_rdma_setting_texts, field)
+#define VALUE_AT(field) offsetof(struct hoop_rdma_settings, field)
 
 /* The defaults are NCCL's, whose users know them. */
 static const struct int_setting int_settings[] = {
@@ -61,10 +61,10 @@ static bool parse_int(const struct int_setting *s, const char *text,
   return true;
 }
 
-bool hoop__ib_settings_parse(const struct hoop_ib_setting_texts *text,
-                             struct hoop_ib_settings *out, char *why,
-                             size_t why_len) {
-  struct hoop_ib_settings s = {.hca = text->hca};
+bool hoop__rdma_settings_parse(const struct hoop_rdma_setting_texts *text,
+                               struct hoop_rdma_settings *out, char *why,
+                               size_t why_len) {
+  struct hoop_rdma_settings s = {.hca = text->hca};
   const char *bad;
   if (s.hca != NULL && hoop__port_match(s.hca, "", 0, &bad) < 0) {
     snprintf(why, why_len,
@@ -85,9 +85,9 @@ bool hoop__ib_settings_parse(const struct hoop_ib_setting_texts *text,
   return true;
 }
 
-bool hoop__ib_settings_read(struct hoop_ib_settings *out, char *why,
-                            size_t why_len) {
-  struct hoop_ib_setting_texts text = {
+bool hoop__rdma_settings_read(struct hoop_rdma_settings *out, char *why,
+                              size_t why_len) {
+  struct hoop_rdma_setting_texts text = {
       .hca = hoop__param_ib_hca(),
       .gid_index = hoop__param_ib_gid_index(),
       .timeout = hoop__param_ib_timeout(),
@@ -95,11 +95,11 @@ bool hoop__ib_settings_read(struct hoop_ib_settings *out, char *why,
       .sl = hoop__param_ib_sl(),
       .tc = hoop__param_ib_tc(),
   };
-  return hoop__ib_settings_parse(&text, out, why, why_len);
+  return hoop__rdma_settings_parse(&text, out, why, why_len);
 }
 
-int hoop__ib_hca_filter(const char *spec, struct hoop_ib_port *ports,
-                        int nports) {
+int hoop__rdma_hca_filter(const char *spec, struct hoop_rdma_local_port *ports,
+                          int nports) {
   if (spec == NULL)
     return nports;
   if (hoop__port_match(spec, "", 0, NULL) < 0)
