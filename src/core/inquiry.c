@@ -265,65 +265,84 @@ __attribute__((format(printf, 2, 3))) static void say(struct text *t,
     t->len += (size_t)n < t->cap - t->len ? (size_t)n : t->cap - t->len - 1;
 }
 
-/*
- * "ranks 0,2,3 wait" or "rank 4 waits": the ranks p for which pick(p)
- * holds, then `verb` agreeing with their number; nothing when none does.
- */
-static void say_ranks(struct text *t, const struct hoop_comm *comm,
-                      const struct asked *asked,
-                      bool (*pick)(const struct hoop_comm *, int,
-                                   const struct asked *),
-                      const char *verb, const char *verbs) {
-  int count = 0;
-  for (int p = 0; p < comm->nranks; p++)
-    count += pick(comm, p, &asked[p]);
-  if (count == 0)
-    return;
-  say(t, "; %s", count == 1 ? "rank " : "ranks ");
-  const char *sep = "";
-  for (int p = 0; p < comm->nranks; p++) {
-    if (pick(comm, p, &asked[p])) {
-      say(t, "%s%d", sep, p);
-      sep = ",";
-    }
-  }
-  say(t, " %s", count == 1 ? verbs : verb);
-}
+/* What the answers say, each rank put in one class. */
+enum class_of {
+  ME,
+  STOPPED, /* did not answer, gone, wrong, broken or still joining */
+  CAUSE,   /* in another call, and waits on no stopped rank */
+  BEHIND,  /* in an earlier call, waiting (perhaps through others) on a
+              stopped rank: a victim, not a cause */
+  WITH_ME, /* in this rank's call */
+  AHEAD,   /* past it, and not what this rank waits for */
+  UNKNOWN, /* could not be asked */
+};
 
 static bool answered_call(const struct asked *a) {
   return a->step == ANSWERED && a->where.state == HOOP_AT_CALL;
 }
 
-/* In this rank's call: this rank, and those that answered from it. */
-static bool with_me(const struct hoop_comm *comm, int p,
+static bool stopped(const struct hoop_comm *comm, int p,
                     const struct asked *a) {
-  return p == comm->rank || (answered_call(a) && a->where.seq == comm->seq);
+  return p != comm->rank && a->step != UNASKED && !answered_call(a);
+}
+
+/* Whether p's chain of waits reaches a stopped rank. */
+static bool waits_on_stopped(const struct hoop_comm *comm,
+                             const struct asked *asked, int p) {
+  for (int hops = 0; hops < comm->nranks; hops++) {
+    int next = p == comm->rank ? comm->wait_for
+                               : answered_call(&asked[p])
+                                     ? asked[p].where.wait_for
+                                     : -1;
+    if (next < 0)
+      return false;
+    if (stopped(comm, next, &asked[next]))
+      return true;
+    p = next;
+  }
+  return false;
+}
+
+static void classify(const struct hoop_comm *comm, const struct asked *asked,
+                     enum class_of *cls) {
+  for (int p = 0; p < comm->nranks; p++) {
+    const struct asked *a = &asked[p];
+    if (p == comm->rank)
+      cls[p] = ME;
+    else if (a->step == UNASKED)
+      cls[p] = UNKNOWN;
+    else if (stopped(comm, p, a))
+      cls[p] = STOPPED;
+    else if (a->where.seq == comm->seq)
+      cls[p] = WITH_ME;
+    else if (a->where.seq > comm->seq && p != comm->wait_for)
+      cls[p] = AHEAD;
+    else
+      cls[p] = waits_on_stopped(comm, asked, p) ? BEHIND : CAUSE;
+  }
 }
 
 /*
- * Not where this rank is: silent, gone, joining or broken, behind it, or
- * past it while this rank waits for it.
+ * "; ranks 0,2,3 wait" or "; rank 4 waits": the ranks of class `c`, then
+ * the verb agreeing with their number; nothing when there are none.
  */
-static bool culprit(const struct hoop_comm *comm, int p,
-                    const struct asked *a) {
-  if (p == comm->rank || a->step == UNASKED)
-    return false;
-  if (!answered_call(a) || a->where.seq < comm->seq)
-    return true;
-  return a->where.seq > comm->seq && p == comm->wait_for;
-}
-
-/* Past this rank's call, and not what it waits for. */
-static bool ahead(const struct hoop_comm *comm, int p,
-                  const struct asked *a) {
-  return a->step != UNASKED && !culprit(comm, p, a) && !with_me(comm, p, a);
-}
-
-static bool unasked(const struct hoop_comm *comm, int p,
-                    const struct asked *a) {
-  (void)comm;
-  (void)p;
-  return a->step == UNASKED;
+static void say_ranks(struct text *t, const struct hoop_comm *comm,
+                      const enum class_of *cls, enum class_of c,
+                      const char *verb, const char *verbs) {
+  int count = 0;
+  for (int p = 0; p < comm->nranks; p++)
+    count += cls[p] == c || (c == WITH_ME && cls[p] == ME);
+  if (count == 0)
+    return;
+  say(t, "; %s", count == 1 ? "rank " : "ranks ");
+  const char *sep = "";
+  for (int p = 0; p < comm->nranks; p++) {
+    if (cls[p] == c || (c == WITH_ME && cls[p] == ME)) {
+      say(t, "%s%d", sep, p);
+      sep = ",";
+    }
+  }
+  say(t, " %s", count == 1 ? verbs : verb);
 }
 
 /* Why rank p is not where this rank is. */
@@ -362,12 +381,11 @@ static void say_culprit(struct text *t, struct hoop_comm *comm, int p,
         a->where.wait_for);
 }
 
-/* Every rank answered from this call: who waits for whom. */
+/* No rank is stopped or elsewhere: who waits for whom. */
 static void say_waits(struct text *t, const struct hoop_comm *comm,
                       const struct asked *asked, const char *call) {
   say(t, "the ranks that answered are all in %s #%llu or later; waiting:",
-      call,
-      (unsigned long long)comm->seq);
+      call, (unsigned long long)comm->seq);
   for (int p = 0; p < comm->nranks; p++) {
     if (p != comm->rank && asked[p].step != ANSWERED)
       continue;
@@ -379,31 +397,44 @@ static void say_waits(struct text *t, const struct hoop_comm *comm,
   say(t, " (=> to send, <= for data)");
 }
 
-static void verdict(struct hoop_comm *comm, const struct asked *asked,
-                    struct text *t) {
-  const char *call = comm->call != NULL ? comm->call : "a call";
-  int named = 0, culprits = 0;
-  say(t, "stall report: ");
+/* Names up to three ranks of class `c`; how many there were. */
+static int say_class(struct text *t, struct hoop_comm *comm,
+                     const struct asked *asked, const enum class_of *cls,
+                     enum class_of c, const char *call, int named) {
+  int count = 0;
   for (int p = 0; p < comm->nranks; p++) {
-    if (!culprit(comm, p, &asked[p]))
+    if (cls[p] != c)
       continue;
-    culprits++;
-    if (named < 3) {
-      say(t, "%s", named > 0 ? "; " : "");
+    if (count++ < 3) {
+      say(t, "%s", named + count > 1 ? "; " : "");
       say_culprit(t, comm, p, &asked[p], call);
-      named++;
     }
   }
-  if (culprits > named)
-    say(t, "; and %d more", culprits - named);
-  if (culprits == 0) {
+  if (count > 3)
+    say(t, "; and %d more", count - 3);
+  return count;
+}
+
+/*
+ * The stopped ranks first (they are why the others wait), then ranks in
+ * another call that wait on none of them, then where everybody else is.
+ */
+static void verdict(struct hoop_comm *comm, const struct asked *asked,
+                    const enum class_of *cls, struct text *t) {
+  const char *call = comm->call != NULL ? comm->call : "a call";
+  say(t, "stall report: ");
+  int named = say_class(t, comm, asked, cls, STOPPED, call, 0);
+  named += say_class(t, comm, asked, cls, CAUSE, call, named);
+  if (named == 0) {
     say_waits(t, comm, asked, call);
   } else {
-    say_ranks(t, comm, asked, with_me, "wait", "waits");
+    say_ranks(t, comm, cls, WITH_ME, "wait", "waits");
     say(t, " in %s #%llu", call, (unsigned long long)comm->seq);
-    say_ranks(t, comm, asked, ahead, "are past it", "is past it");
+    say_ranks(t, comm, cls, BEHIND, "are in earlier calls, waiting on them",
+              "is in an earlier call, waiting on them");
+    say_ranks(t, comm, cls, AHEAD, "are past it", "is past it");
   }
-  say_ranks(t, comm, asked, unasked, "could not be asked",
+  say_ranks(t, comm, cls, UNKNOWN, "could not be asked",
             "could not be asked");
 }
 
@@ -411,8 +442,12 @@ void hoop__comm_report_stall(struct hoop_comm *comm) {
   if (comm->nranks < 2)
     return;
   struct asked *asked = calloc((size_t)comm->nranks, sizeof *asked);
-  if (asked == NULL)
+  enum class_of *cls = calloc((size_t)comm->nranks, sizeof *cls);
+  if (asked == NULL || cls == NULL) {
+    free(asked);
+    free(cls);
     return;
+  }
   for (int p = 0; p < comm->nranks; p++)
     asked[p] = (struct asked){.fd = -1, .step = UNASKED};
   char cause[HOOP_ERROR_MAX];
@@ -421,8 +456,10 @@ void hoop__comm_report_stall(struct hoop_comm *comm) {
     char report[HOOP_ERROR_MAX];
     struct text t = {report, sizeof report, 0};
     report[0] = '\0';
-    verdict(comm, asked, &t);
+    classify(comm, asked, cls);
+    verdict(comm, asked, cls, &t);
     HOOP_ERROR(comm, HOOP_ERR_TIMEOUT, "%s. %s", report, cause);
   }
   free(asked);
+  free(cls);
 }
