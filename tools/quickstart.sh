@@ -32,12 +32,13 @@ packages=(build-essential cmake ninja-build pkg-config libgtest-dev
 # mpirun (which needs its headers for the MPI peer bench) and PyTorch's
 # torchrun, build emulated hosts with network namespaces (ip, tc, ping),
 # and build and test the torch.distributed backend (PyTorch's C++ headers,
-# pybind11; python3-venv for the test of its pip install), and fuzz the
-# parsers with clang's libFuzzer.
+# pybind11; python3-venv for the test of its pip install), fuzz the
+# parsers with clang's libFuzzer, and build the RDMA code against the real
+# libibverbs (no device is needed: the tests that need one skip).
 [ "$mode" = test ] && packages+=(openmpi-bin libopenmpi-dev python3-torch
                                  libtorch-dev pybind11-dev python3-venv
                                  iproute2 iputils-ping procps clang
-                                 libclang-rt-dev)
+                                 libclang-rt-dev libibverbs-dev)
 
 install_missing() {
   local missing=()
