@@ -2,13 +2,10 @@
  * Shared-memory transport for ranks on one host.
  *
  * A connection is one POSIX shared memory segment with two FIFOs, one per
- * direction.  A FIFO is a ring of bytes with a head (bytes the writer has
- * published) and a tail (bytes the reader has consumed), each on its own
- * cache line: free space is the writer's credit, and the reader copies or
- * reduces straight out of the ring, so a byte is copied once into shared
- * memory and once out of it.  The writer publishes at least every slot
- * (HOOP_SHM_SLOT_BYTES) so that the reader starts on a slice while the
- * rest of it is still being copied in.
+ * direction, run by the protocol in fifo.h: slots of HOOP_SHM_SLOT_BYTES,
+ * credits, aligned streams.  Here the rings and their head and tail (each
+ * on its own cache line) are in the segment, so a byte is copied once into
+ * shared memory and once out of it, and publishing a position is a store.
  *
  * The TCP socket made to set the connection up stays open.  It carries a
  * wake-up byte to a rank asleep in poll(), sent only when that rank has
@@ -30,9 +27,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/copy.h"
 #include "core/error.h"
 #include "core/param.h"
+#include "transport/fifo.h"
 #include "transport/shm.h"
 #include "transport/transport.h"
 
@@ -60,24 +57,10 @@ struct shm_conn {
   int fd; /* set-up, wake-ups, and the peer's end */
   struct shm_segment *seg;
   size_t seg_bytes;
-  size_t ring;          /* bytes per direction */
-  size_t slot;          /* publish at least this often */
   struct shm_fifo *out; /* this rank writes */
   struct shm_fifo *in;  /* this rank reads */
-  char *out_ring, *in_ring;
-  uint64_t out_head; /* == out->head; only this rank writes it */
-  uint64_t in_tail;  /* == in->tail; likewise */
-  bool out_align;    /* skip to a 64-byte boundary before the next write */
-  bool in_align;     /* and before the next read */
+  struct hoop_fifo fifo;
 };
-
-#define STREAM_ALIGN 64
-
-static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
-
-static size_t align_pad(uint64_t pos) {
-  return (size_t)(-pos & (STREAM_ALIGN - 1));
-}
 
 static bool shm_can_connect(const struct hoop_peer_info *self,
                             const struct hoop_peer_info *peer) {
@@ -101,138 +84,54 @@ static void wake_peer(struct shm_conn *c, uint32_t *waiting) {
   (void)send(c->fd, &byte, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
-static void publish_head(struct shm_conn *c) {
-  __atomic_store_n(&c->out->head, c->out_head, __ATOMIC_SEQ_CST);
+/* The bytes are in the shared ring already; the head says so. */
+static void publish_head(void *ctx, uint64_t head, size_t n) {
+  (void)n;
+  struct shm_conn *c = ctx;
+  __atomic_store_n(&c->out->head, head, __ATOMIC_SEQ_CST);
   wake_peer(c, &c->out->reader_waiting);
 }
 
-static void publish_tail(struct shm_conn *c) {
-  __atomic_store_n(&c->in->tail, c->in_tail, __ATOMIC_SEQ_CST);
+static void publish_tail(void *ctx, uint64_t tail) {
+  struct shm_conn *c = ctx;
+  __atomic_store_n(&c->in->tail, tail, __ATOMIC_SEQ_CST);
   wake_peer(c, &c->in->writer_waiting);
 }
 
-static size_t out_room(const struct shm_conn *c) {
-  return c->ring -
-         (size_t)(c->out_head - __atomic_load_n(&c->out->tail,
-                                                __ATOMIC_ACQUIRE));
-}
-
-static size_t in_avail(const struct shm_conn *c) {
-  return (size_t)(__atomic_load_n(&c->in->head, __ATOMIC_ACQUIRE) -
-                  c->in_tail);
-}
-
-/* The most that fits before the ring wraps or the next slot boundary. */
-static size_t piece(const struct shm_conn *c, uint64_t pos, size_t len) {
-  size_t at = (size_t)(pos % c->ring);
-  return min_size(len, min_size(c->ring - at, c->slot - at % c->slot));
-}
-
-/*
- * Skips the padding that starts a stream aligned, once it fits; false
- * while it does not.  Both ends skip from the same stream position.
- */
-static bool skip_out_pad(struct shm_conn *c, size_t *room) {
-  size_t pad = align_pad(c->out_head);
-  if (*room < pad)
-    return false;
-  c->out_head += pad;
-  *room -= pad;
-  c->out_align = false;
-  return true;
-}
-
-static bool skip_in_pad(struct shm_conn *c) {
-  size_t pad = align_pad(c->in_tail);
-  if (in_avail(c) < pad)
-    return false;
-  c->in_tail += pad;
-  c->in_align = false;
-  return true;
-}
+static const struct hoop_fifo_signal shm_signal = {
+    .publish_head = publish_head,
+    .publish_tail = publish_tail,
+};
 
 static void shm_begin_stream(struct hoop_conn *conn, int send) {
-  struct shm_conn *c = (struct shm_conn *)conn;
-  if (send)
-    c->out_align = true;
-  else
-    c->in_align = true;
+  hoop__fifo_begin_stream(&((struct shm_conn *)conn)->fifo, send);
 }
 
 static hoop_result_t shm_send(struct hoop_conn *conn, const struct iovec *iov,
                               int iovcnt, size_t *sent) {
   struct shm_conn *c = (struct shm_conn *)conn;
-  size_t room = out_room(c), done = 0;
-  *sent = 0;
-  if (c->out_align && !skip_out_pad(c, &room))
-    return HOOP_SUCCESS;
-  for (int i = 0; i < iovcnt && room > 0; i++) {
-    const char *src = iov[i].iov_base;
-    size_t len = iov[i].iov_len;
-    while (len > 0 && room > 0) {
-      size_t n = piece(c, c->out_head, min_size(len, room));
-      memcpy(c->out_ring + c->out_head % c->ring, src, n);
-      c->out_head += n;
-      publish_head(c);
-      src += n;
-      len -= n;
-      room -= n;
-      done += n;
-    }
-  }
-  conn->bytes_sent += done;
-  *sent = done;
+  *sent = hoop__fifo_send(&c->fifo, iov, iovcnt);
+  conn->bytes_sent += *sent;
   return HOOP_SUCCESS;
 }
 
 static hoop_result_t shm_recv(struct hoop_conn *conn, void *buf, size_t len,
                               bool cold, size_t *got) {
   struct shm_conn *c = (struct shm_conn *)conn;
-  *got = 0;
-  if (c->in_align && !skip_in_pad(c))
-    return HOOP_SUCCESS;
-  size_t avail = min_size(in_avail(c), len), done = 0;
-  while (done < avail) {
-    size_t n = piece(c, c->in_tail, avail - done);
-    char *dst = (char *)buf + done;
-    const char *src = c->in_ring + c->in_tail % c->ring;
-    if (cold)
-      hoop__copy_cold(dst, src, n);
-    else
-      memcpy(dst, src, n);
-    c->in_tail += n;
-    publish_tail(c);
-    done += n;
-  }
-  conn->bytes_received += done;
-  *got = done;
+  *got = hoop__fifo_recv(&c->fifo, buf, len, cold);
+  conn->bytes_received += *got;
   return HOOP_SUCCESS;
 }
 
 static hoop_result_t shm_peek(struct hoop_conn *conn, size_t want,
                               const void **ptr, size_t *avail) {
-  struct shm_conn *c = (struct shm_conn *)conn;
-  *avail = 0;
-  if (c->in_align && !skip_in_pad(c))
-    return HOOP_SUCCESS;
-  size_t at = (size_t)(c->in_tail % c->ring);
-  *ptr = c->in_ring + at;
-  *avail = min_size(min_size(in_avail(c), want), c->ring - at);
+  *avail = hoop__fifo_peek(&((struct shm_conn *)conn)->fifo, want, ptr);
   return HOOP_SUCCESS;
 }
 
 static void shm_release(struct hoop_conn *conn, size_t len) {
-  struct shm_conn *c = (struct shm_conn *)conn;
-  c->in_tail += len;
+  hoop__fifo_release(&((struct shm_conn *)conn)->fifo, len);
   conn->bytes_received += len;
-  publish_tail(c);
-}
-
-/* Whether the next send or receive would move at least a byte. */
-static bool can_move(const struct shm_conn *c, int send) {
-  if (send)
-    return out_room(c) > (c->out_align ? align_pad(c->out_head) : 0);
-  return in_avail(c) > (c->in_align ? align_pad(c->in_tail) : 0);
 }
 
 static hoop_result_t peer_gone(struct shm_conn *c, int err) {
@@ -278,17 +177,17 @@ static hoop_result_t shm_arm(struct hoop_conn *conn, int send,
    * Store the flag, then load the peer's head or tail; the peer stores its
    * head or tail, then loads the flag (wake_peer).  Each side must see the
    * other's store or a wake-up is lost: we sleep on an old head while the
-   * peer saw no flag.  can_move()'s acquire loads are not in the total
-   * order of sequentially consistent operations, so without this fence the
-   * load may be satisfied before the flag store is visible (POWER does
-   * this, as does ARM where acquire loads compile to LDAPR; x86's locked
-   * store hides it).  With the fence, either it precedes the peer's flag
-   * load in that order, which then sees 1, or the peer's store and load
-   * both precede it, and the re-check sees the new head or tail (C11
-   * 7.17.4).
+   * peer saw no flag.  hoop__fifo_can_move()'s acquire loads are not in
+   * the total order of sequentially consistent operations, so without
+   * this fence the load may be satisfied before the flag store is visible
+   * (POWER does this, as does ARM where acquire loads compile to LDAPR;
+   * x86's locked store hides it).  With the fence, either it precedes the
+   * peer's flag load in that order, which then sees 1, or the peer's store
+   * and load both precede it, and the re-check sees the new head or tail
+   * (C11 7.17.4).
    */
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
-  *ready = can_move(c, send);
+  *ready = hoop__fifo_can_move(&c->fifo, send);
   if (!*ready && closed)
     return peer_gone(c, 0);
   *pfd = (struct pollfd){.fd = c->fd, .events = POLLIN};
@@ -470,8 +369,8 @@ static hoop_result_t connect_lower(struct shm_conn *c,
                      "error says why)",
                      c->base.peer_desc, o.name);
   HOOP_CHECK(res);
-  c->ring = (size_t)o.ring_bytes;
-  c->slot = (size_t)o.slot_bytes;
+  c->fifo.ring = (size_t)o.ring_bytes;
+  c->fifo.slot = (size_t)o.slot_bytes;
   return HOOP_SUCCESS;
 }
 
@@ -495,8 +394,8 @@ static hoop_result_t connect_higher(struct shm_conn *c, long long deadline) {
                                            c->base.peer_desc);
   HOOP_CHECK(res);
   HOOP_CHECK(sent);
-  c->ring = (size_t)o.ring_bytes;
-  c->slot = (size_t)o.slot_bytes;
+  c->fifo.ring = (size_t)o.ring_bytes;
+  c->fifo.slot = (size_t)o.slot_bytes;
   return HOOP_SUCCESS;
 }
 
@@ -515,10 +414,15 @@ static hoop_result_t shm_connect(const struct hoop_conn_setup *setup,
                   res, out_close);
   HOOP_CHECK_GOTO(hoop__sock_set_nonblocking(c->fd), res, out_close);
   char *rings = (char *)c->seg + SHM_HEADER_BYTES;
+  size_t ring = c->fifo.ring;
   c->out = &c->seg->fifo[lower ? 0 : 1];
   c->in = &c->seg->fifo[lower ? 1 : 0];
-  c->out_ring = rings + (lower ? 0 : c->ring);
-  c->in_ring = rings + (lower ? c->ring : 0);
+  c->fifo.out_ring = rings + (lower ? 0 : ring);
+  c->fifo.in_ring = rings + (lower ? ring : 0);
+  c->fifo.out_tail = &c->out->tail;
+  c->fifo.in_head = &c->in->head;
+  c->fifo.signal = &shm_signal;
+  c->fifo.ctx = c;
   *out = &c->base;
   return HOOP_SUCCESS;
 out_close:

@@ -1,0 +1,84 @@
+/*
+ * The byte FIFO with credits that the memory transports run, one per
+ * direction of a connection: shm over a segment both ranks map, ib over
+ * RDMA writes into the peer's registered ring.  They differ only in how
+ * bytes and positions reach the peer, which is what struct
+ * hoop_fifo_signal and the position pointers below say; the slots, the
+ * credits and the alignment of streams live here, once, so every shm
+ * test also tests the protocol ib runs.
+ *
+ * A ring of `ring` bytes per direction.  Positions only grow: the writer's
+ * head counts bytes it has published, the reader's tail bytes it has
+ * consumed, and the room the writer has is its credit, ring - (head -
+ * tail).  The writer publishes at least at every slot boundary so that the
+ * reader starts on a slice while the rest is still being written, and a
+ * piece never wraps, so what it publishes is one contiguous range.  The
+ * reader copies or reduces straight out of the ring.
+ *
+ * Not thread-safe: one thread drives a connection at a time.
+ */
+#ifndef HOOP_TRANSPORT_FIFO_H
+#define HOOP_TRANSPORT_FIFO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+/* How positions reach the peer: the part each transport supplies. */
+struct hoop_fifo_signal {
+  /*
+   * Bytes [head - n, head) of this rank's outgoing ring hold data and the
+   * reader may have everything up to `head` (any bytes before head - n
+   * not yet published are stream padding, never read).
+   */
+  void (*publish_head)(void *ctx, uint64_t head, size_t n);
+  /* The reader has consumed everything up to `tail`: credit returned. */
+  void (*publish_tail)(void *ctx, uint64_t tail);
+};
+
+struct hoop_fifo {
+  size_t ring; /* bytes per direction, a multiple of slot */
+  size_t slot; /* publish at least this often; a multiple of 64 */
+  char *out_ring;       /* outgoing bytes are written here */
+  const char *in_ring;  /* incoming bytes are read here */
+  /*
+   * The peer's positions as this rank sees them, loaded with acquire:
+   * how far it has consumed what this rank wrote, and how far it has
+   * written what this rank reads.
+   */
+  const uint64_t *out_tail;
+  const uint64_t *in_head;
+  const struct hoop_fifo_signal *signal;
+  void *ctx;
+  uint64_t out_head; /* this rank's own positions */
+  uint64_t in_tail;
+  bool out_align; /* skip to a 64-byte boundary before the next write */
+  bool in_align;  /* and before the next read */
+};
+
+/* Copies what fits of iov into the ring, publishing each piece; returns
+ * how many bytes it took. */
+size_t hoop__fifo_send(struct hoop_fifo *f, const struct iovec *iov,
+                       int iovcnt);
+
+/* Copies up to len received bytes out (around the caches when `cold`);
+ * returns how many. */
+size_t hoop__fifo_recv(struct hoop_fifo *f, void *buf, size_t len, bool cold);
+
+/* Exposes up to `want` contiguous received bytes in place at *ptr;
+ * returns how many.  They stay until hoop__fifo_release. */
+size_t hoop__fifo_peek(struct hoop_fifo *f, size_t want, const void **ptr);
+void hoop__fifo_release(struct hoop_fifo *f, size_t len);
+
+/* Whether the next send (or receive) would move at least a byte. */
+bool hoop__fifo_can_move(const struct hoop_fifo *f, int send);
+
+/*
+ * A stream starts on this direction: both ends skip to the same 64-byte
+ * boundary before its first byte, since the last one may have ended at
+ * any byte and reductions read elements in place.
+ */
+void hoop__fifo_begin_stream(struct hoop_fifo *f, int send);
+
+#endif /* HOOP_TRANSPORT_FIFO_H */
