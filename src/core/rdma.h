@@ -83,6 +83,17 @@ bool hoop__rdma_discover(struct hoop_rdma_local_port **ports, int *nports,
                          char *why, size_t why_len);
 
 /*
+ * Makes hoop__rdma_publish find its ports through `discover` instead of
+ * hoop__rdma_discover; NULL restores that.  The seam exists so that tests
+ * can run the ib transport over a fake verbs table (transport/ib_verbs.h)
+ * on hosts without an RDMA device: they must then also publish a port.
+ * Call it before any communicator is made; it is not for production use.
+ */
+typedef bool (*hoop_rdma_discover_fn)(struct hoop_rdma_local_port **ports,
+                                      int *nports, char *why, size_t why_len);
+void hoop__rdma_set_discover(hoop_rdma_discover_fn discover);
+
+/*
  * Keeps, in order, the ports that HOOP_IB_HCA's list `spec` selects (NULL
  * selects all); returns how many, or -1 when `spec` is malformed.
  */
