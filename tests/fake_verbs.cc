@@ -113,6 +113,9 @@ std::map<uint32_t, hoop_ib_ep *> g_eps;
 std::map<uint32_t, Region *> g_lkeys, g_rkeys;
 uint32_t g_next_qpn = 0x1c4; // real QPNs are seldom small
 uint32_t g_next_key = 0x2a01;
+// Once down, the port moves nothing: a write stays in its retries, which
+// on hardware outlast the async event by seconds, so it never completes.
+bool g_port_down = false;
 thread_local int t_rank = -1;
 
 void set_why(char *why, size_t why_len, const char *fmt, ...)
@@ -192,7 +195,7 @@ void kill_locked(hoop_ib_ep *ep) {
 
 // Places the writes waiting at `ep`, in order, as far as it can.
 void drain(hoop_ib_ep *ep) {
-  while (!ep->incoming.empty() && ep->peer_qpn != 0) {
+  while (!ep->incoming.empty() && ep->peer_qpn != 0 && !g_port_down) {
     Write w = ep->incoming.front();
     if (w.from->qpn != ep->peer_qpn) {
       // Joined to another queue pair, it drops these packets.
@@ -544,6 +547,7 @@ void fake_verbs_kill_rank(int rank) {
 
 void fake_verbs_port_down() {
   std::lock_guard<std::mutex> hold(g_lock);
+  g_port_down = true;
   for (auto &entry : g_eps) {
     hoop_ib_ep *ep = entry.second;
     std::lock_guard<std::mutex> mine(ep->mu);

@@ -12,9 +12,10 @@
 // remote key puts both queue pairs in error, flushing what they had
 // posted; a write to a peer whose host died (fake_verbs_kill), that
 // closed, or that is in error fails with "retry counter exceeded"; a
-// full send or receive queue refuses the post with ENOMEM.  What it
-// skips: retry timing (errors come at once), packet loss, and memory
-// ordering beyond what its locks give.
+// full send or receive queue refuses the post with ENOMEM; a port that
+// went down moves nothing more.  What it skips: retry timing (a write to
+// a dead peer fails at once), packet loss, and memory ordering beyond
+// what its locks give.
 #ifndef HOOP_TESTS_FAKE_VERBS_H
 #define HOOP_TESTS_FAKE_VERBS_H
 
@@ -48,7 +49,10 @@ void fake_verbs_kill(uint32_t qpn);
 // fake_verbs_kill for every endpoint that `rank`'s thread opened.
 void fake_verbs_kill_rank(int rank);
 
-// Every endpoint gets an asynchronous event: "port 1 of fake0 went down".
+// Every endpoint gets an asynchronous event, "port 1 of fake0 went down",
+// and from then on no write is placed or completes: each stays in its
+// retries, as on hardware for the seconds after the event.  For good:
+// call it in a process of its own.
 void fake_verbs_port_down();
 
 // Endpoints and memory regions not yet closed or deregistered: leaks.

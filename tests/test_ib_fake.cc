@@ -6,10 +6,15 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <cstdint>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "fake_verbs.h"
@@ -407,20 +412,38 @@ TEST(FakeVerbs, TheEventFdWakesOnlyForACompletionAfterNotify) {
   EXPECT_EQ(p.b.poll_all().size(), 3u);
 }
 
-TEST(FakeVerbs, APortGoingDownIsAnAsyncEventOnEveryEndpoint) {
-  Pair p;
-  int fd = V()->async_fd(p.a.ep);
-  char what[128] = "";
-  EXPECT_FALSE(readable(fd));
-  EXPECT_EQ(V()->async_take(p.a.ep, what, sizeof what), 0);
-  hooptest::fake_verbs_port_down();
-  for (Ep *e : {&p.a, &p.b}) {
-    EXPECT_TRUE(readable(V()->async_fd(e->ep)));
-    ASSERT_EQ(V()->async_take(e->ep, what, sizeof what), 1);
-    EXPECT_STREQ(what, "port 1 of fake0 went down");
-    EXPECT_FALSE(readable(V()->async_fd(e->ep)));
-    EXPECT_EQ(V()->async_take(e->ep, what, sizeof what), 0);
-  }
+// In a child: the port stays down for the rest of the process.
+TEST(FakeVerbs, APortGoingDownIsAnAsyncEventAndStopsEveryWrite) {
+  hooptest::RunOptions opt;
+  opt.init = false;
+  opt.timeout_s = 60;
+  hooptest::RunResult r = hooptest::run_ranks(
+      1,
+      [](hooptest::RankLog &log, hoop_comm_t, int, int) {
+        Pair p;
+        char what[128] = "";
+        RANK_EXPECT(log, !readable(V()->async_fd(p.a.ep)), "event early");
+        RANK_EXPECT(log, V()->async_take(p.a.ep, what, sizeof what) == 0,
+                    "took %s", what);
+        post_recv(p.b, 1);
+        hooptest::fake_verbs_port_down();
+        for (Ep *e : {&p.a, &p.b}) {
+          RANK_EXPECT(log, readable(V()->async_fd(e->ep)), "no event");
+          RANK_EXPECT(log, V()->async_take(e->ep, what, sizeof what) == 1,
+                      "no event taken");
+          RANK_EXPECT(log, strcmp(what, "port 1 of fake0 went down") == 0,
+                      "the event is %s", what);
+          RANK_EXPECT(log, !readable(V()->async_fd(e->ep)), "fd still set");
+          RANK_EXPECT(log, V()->async_take(e->ep, what, sizeof what) == 0,
+                      "a second event: %s", what);
+        }
+        RANK_EXPECT(log, p.put(1, 0, 64, true, 1) == 0, "post failed");
+        RANK_EXPECT(log, p.a.poll_all().empty() && p.b.poll_all().empty(),
+                    "a write completed on a port that is down");
+        RANK_EXPECT(log, p.dst[0] == 0, "a write was placed");
+      },
+      opt);
+  EXPECT_TRUE(r.all_ok()) << hooptest::describe(r);
 }
 
 TEST(FakeVerbs, AKilledPeerFailsWritesWithExhaustedRetries) {
