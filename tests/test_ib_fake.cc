@@ -514,13 +514,17 @@ TEST(FakeVerbs, WritesToAClosedPeerFailAndClosingLeavesNothing) {
   }
   EXPECT_EQ(hooptest::fake_verbs_endpoints(), eps);
   EXPECT_EQ(hooptest::fake_verbs_regions(), regions);
-  // A region left registered at close stays counted: a leak to see.
-  {
-    Ep a;
-    char byte;
-    a.reg(&byte, 1, true);
-  }
-  EXPECT_EQ(hooptest::fake_verbs_regions(), regions + 1);
+  // A region left registered at close stays counted, a leak to see; in a
+  // child, which the leak checker does not follow out.
+  std::string left = hooptest::ask_in_child([] {
+    {
+      Ep a;
+      char byte;
+      a.reg(&byte, 1, true);
+    }
+    return std::to_string(hooptest::fake_verbs_regions());
+  });
+  EXPECT_EQ(left, std::to_string(regions + 1));
 }
 
 // A sender and a receiver thread run the shape of ib's protocol: data by
