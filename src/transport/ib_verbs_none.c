@@ -1,4 +1,8 @@
-/* A build without libibverbs: the ib transport has no verbs to call. */
+/*
+ * The ib transport's verbs in a build without libibverbs: there are
+ * none.  Such a build publishes HOOP_RDMA_NOT_BUILT (rdma_devices_none.c
+ * finds no device), so no pair is ever joined by ib to need them.
+ */
 #include <stddef.h>
 
 #include "transport/ib_verbs.h"
