@@ -1,9 +1,10 @@
 // The RDMA verbs transport's phase 1 (core/rdma.h, transport/ib.h): its
 // settings, the HOOP_IB_HCA filter, the choice of GID, when a rank looks
 // for its ports, whether two ranks' ports can be joined and why not, the
-// connection information's parser, discovery where there are devices, and
-// HOOP_TRANSPORT=ib failing hoop_comm_init where ib cannot be used.  All
-// but discovery run from tables, so they need no RDMA device.
+// connection information's parser, discovery where there are devices,
+// HOOP_TRANSPORT=ib failing hoop_comm_init where ib cannot be used, and
+// the real verbs table refusing a device that is not there.  All but
+// discovery run from tables, so they need no RDMA device.
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 
@@ -21,6 +22,7 @@ extern "C" {
 #include "core/wire.h"
 #include "hoop_build_config.h"
 #include "transport/ib.h"
+#include "transport/ib_verbs.h"
 #include "transport/transport.h"
 }
 
@@ -600,7 +602,7 @@ TEST(IbPublish, ARankLooksOnlyWithHoopTransportIbOrWhenAsked) {
   const std::string not_probed =
       status_prefix(HOOP_RDMA_NOT_PROBED) +
       "not probed: the ib transport is chosen only with HOOP_TRANSPORT=ib "
-      "until its data path exists";
+      "until it has run on RDMA hardware";
   EXPECT_EQ(publish_in_child([] {
               unsetenv("HOOP_TRANSPORT");
               setenv("HOOP_IB_SL", "99", 1);
@@ -662,30 +664,6 @@ TEST(IbPublish, WithoutHoopTransportIbInitIgnoresRdma) {
     EXPECT_TRUE(r.all_ok()) << "HOOP_TRANSPORT=" << transport << ": "
                             << hooptest::describe(r);
   }
-}
-
-// Where ib would be chosen, the transport says that its data path is not
-// written rather than pretending to connect.
-TEST(IbTransport, APairItCouldJoinIsRefusedForWantOfADataPath) {
-  hoop_peer_info a{}, b{};
-  a.rank = 0;
-  b.rank = 1;
-  a.rdma = published(roce("mlx5_0", 1));
-  b.rdma = published(roce("mlx5_0", 2));
-  ASSERT_TRUE(hoop__ib_transport.can_connect(&a, &b));
-  hoop_conn_setup setup{};
-  setup.rank = 0;
-  setup.peer = 1;
-  setup.peer_desc = "rank 1 (10.0.0.2:4000)";
-  hoop_conn *conn = nullptr;
-  EXPECT_EQ(hoop__ib_transport.connect(&setup, &conn), HOOP_ERR_UNSUPPORTED);
-  EXPECT_EQ(conn, nullptr);
-  EXPECT_NE(strstr(hoop_last_error(), "rank 0 and rank 1 (10.0.0.2:4000)"),
-            nullptr)
-      << hoop_last_error();
-  EXPECT_NE(strstr(hoop_last_error(), "verbs data path is not written yet"),
-            nullptr)
-      << hoop_last_error();
 }
 
 TEST(IbTransport, ForcedWithoutDevicesFailsInitNamingRankAndReason) {
@@ -792,4 +770,31 @@ TEST(SoftRoce, CheckSaysWhetherThisKernelCanDoIt) {
   EXPECT_EQ(out.status, 77) << out.text;
   EXPECT_NE(out.text.find("cannot set up Soft-RoCE here: "), std::string::npos)
       << out.text;
+}
+
+// The real verbs table opens only a device that exists, and says which
+// it looked for.  No host has this one, so it fails alike whether the
+// kernel lists devices or has no RDMA support at all, and the endpoint
+// the caller then closes is NULL.
+TEST(IbVerbs, OpeningADeviceThatIsNotThereFailsNamingIt) {
+  const hoop_ib_verbs *verbs = hoop__ib_verbs_real;
+  if (verbs == nullptr)
+    GTEST_SKIP() << "this build of hoop has no libibverbs, so no real "
+                    "verbs table";
+  EXPECT_STREQ(verbs->name, "libibverbs");
+  hoop_ib_open o{};
+  o.device = "hoop-no-such-device";
+  o.port = 1;
+  o.send_depth = 4;
+  o.recv_depth = 4;
+  char sentinel;
+  hoop_ib_ep *ep = reinterpret_cast<hoop_ib_ep *>(&sentinel);
+  hoop_ib_local local{};
+  char why[400] = "";
+  int rc = verbs->open(&o, &ep, &local, why, sizeof why);
+  EXPECT_NE(rc, 0) << why;
+  EXPECT_EQ(ep, nullptr);
+  EXPECT_NE(strstr(why, "hoop-no-such-device"), nullptr)
+      << "errno " << rc << " (" << strerror(rc) << "): " << why;
+  verbs->close(ep);
 }

@@ -18,8 +18,8 @@
  * (core/rdma.h), which no public setting does; it reads the ports the
  * ranks published from the communicator (core/comm.h); and it judges
  * each pair with ib's own selection (transport/ib.h).  Putting the ports
- * and the verdict in hoop.h would fix an ABI for a transport whose data
- * path, and so what it needs to publish, is not written yet.
+ * and the verdict in hoop.h would fix an ABI for a transport that has
+ * never run on RDMA hardware, so what it needs to publish may change.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -167,8 +167,8 @@ static void print_rdma_devices(void) {
  * published; past 16 ranks, only the pairs with rank 0.
  */
 static void print_ib_pairs(hoop_comm_t comm, int n) {
-  printf("# ib (only with HOOP_TRANSPORT=ib; its data path is not written "
-         "yet)%s:\n", n > 16 ? ", rank 0 to each rank" : "");
+  printf("# ib (only with HOOP_TRANSPORT=ib; never run on RDMA "
+         "hardware)%s:\n", n > 16 ? ", rank 0 to each rank" : "");
   for (int a = 0; a < n; a++) {
     for (int b = a + 1; b < n && (a == 0 || n <= 16); b++) {
       char why[400];

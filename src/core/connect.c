@@ -2,8 +2,8 @@
  * Connection set-up between ranks: the handshake on every data socket,
  * dialling and accepting (the lower rank dials), the dials that arrive
  * before their owner asks for them, and failure notices and stall queries
- * (inquiry.c), which travel the same way.  Transports get a socket from here through hoop_conn_setup and
- * never see the communicator.
+ * (inquiry.c), which travel the same way.  Transports get a socket from
+ * here through hoop_conn_setup and never see the communicator.
  */
 #include <poll.h>
 #include <pthread.h>
@@ -393,6 +393,8 @@ hoop_result_t hoop__comm_conn(struct hoop_comm *comm, int peer, int channel,
         .slice_bytes = comm->slice_bytes,
         .sockbuf_bytes = comm->sockbuf_bytes,
         .peer_desc = hoop__peer_desc(comm, peer, desc, sizeof desc),
+        .self_port = &comm->peers[comm->rank].rdma,
+        .peer_port = &comm->peers[peer].rdma,
         .open_socket = open_socket,
         .ctx = &ctx,
     };

@@ -130,8 +130,9 @@ void hoop__rdma_set_discover(hoop_rdma_discover_fn discover) {
 void hoop__rdma_probe_always(void) { atomic_store(&probe_always, true); }
 
 /*
- * Until ib has a data path only HOOP_TRANSPORT=ib picks it (transport.c),
- * so that is the one job whose ranks need to know their ports.  Then a
+ * Until ib has run on RDMA hardware only HOOP_TRANSPORT=ib picks it
+ * (transport.c), so that is the one job whose ranks need to know their
+ * ports.  Then a
  * bad HOOP_IB_* value fails that job's init, and no other job's.
  */
 static bool probe_wanted(void) {
@@ -145,7 +146,8 @@ void hoop__rdma_publish(struct hoop_rdma_port *out, char *why, size_t why_len) {
   if (!probe_wanted()) {
     out->status = HOOP_RDMA_NOT_PROBED;
     snprintf(why, why_len, "not probed: the ib transport is chosen only with "
-                           "HOOP_TRANSPORT=ib until its data path exists");
+                           "HOOP_TRANSPORT=ib until it has run on RDMA "
+                           "hardware");
     return;
   }
   struct hoop_rdma_settings s;

@@ -12,7 +12,8 @@
  *   rdma.c           the GID a port would use, the port a rank publishes,
  *                    and whether it looks at all
  *
- * Apart from rdma_devices.c nothing includes verbs.h: the numbers passed
+ * Apart from rdma_devices.c (and the ib transport's own verbs calls,
+ * transport/ib_verbs.c) nothing includes verbs.h: the numbers passed
  * around are the InfiniBand specification's, in peer.h's enums.
  */
 #ifndef HOOP_CORE_RDMA_H

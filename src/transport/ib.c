@@ -1,19 +1,88 @@
 /*
- * The ib transport as far as phase 1 of issue 26 goes: it judges a pair
- * of ranks from the ports they published and says why it cannot join
- * them, but it has no data path yet, so it refuses every connection,
- * saying so.  Only HOOP_TRANSPORT=ib picks it (transport.c), so that a
- * job that did not ask for it never meets that refusal.  connect never
- * succeeds, so no connection exists for the data-path functions to
- * serve, and there are none.
+ * The RDMA verbs transport: one reliable-connected queue pair per peer
+ * and channel, running the FIFO-with-credits protocol of fifo.h, as shm
+ * does, over RDMA writes.
+ *
+ * Each rank registers a ring per connection for the peer to write into
+ * (its incoming ring) and a ring of the same size it writes from (its
+ * outgoing mirror).  A piece the FIFO publishes is copied into the mirror
+ * and written by RDMA WRITE_WITH_IMM to the same offset of the peer's
+ * ring; the immediate carries how far the head moved, and the receive
+ * completion it makes is the reader's only news of new bytes, which RC
+ * guarantees have landed by then.  Credits go back the same way: a
+ * zero-length WRITE_WITH_IMM whose immediate says how far the tail moved
+ * (the top bit tells the two apart).  The mirror's bytes are rewritten
+ * only after the reader has returned their credit, so after the adapter
+ * has read them.
+ *
+ * The set-up socket stays open, as shm's does: its end-of-file tells that
+ * the peer exited or broke, which a queue pair learns only after its
+ * retries run out.  A rank waits in poll() on one epoll descriptor that
+ * holds the completion channel, the device's async events and that
+ * socket.
+ *
+ * The verbs calls go through a table (ib_verbs.h), so that the tests run
+ * all of this over an in-process fake; on RDMA hardware it has never run.
  */
+#include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include "core/auth.h"
 #include "core/error.h"
+#include "core/param.h"
 #include "core/rdma.h"
+#include "core/socket.h"
+#include "transport/fifo.h"
 #include "transport/ib.h"
+#include "transport/ib_verbs.h"
 #include "transport/transport.h"
+
+#define IMM_CREDIT 0x80000000u /* the immediate returns credit */
+#define IMM_DELTA 0x7fffffffu  /* bytes the head or tail moved */
+#define WR_RECV 1u             /* in wr_id: a receive, not a write */
+#define WR_CREDIT 2u           /* a write returning credit */
+#define MAX_IOV_PER_SEND 64
+#define CREDIT_DEPTH 64
+
+struct ib_conn {
+  struct hoop_conn base;
+  const struct hoop_ib_verbs *v;
+  struct hoop_ib_ep *ep;
+  int fd;   /* set-up socket, kept for the peer's end-of-file */
+  int epfd; /* completion channel, async events, the socket */
+  size_t ring;
+  char *in_ring;  /* the peer writes here */
+  char *out_ring; /* this rank writes from here */
+  struct hoop_ib_mr in_mr, out_mr;
+  uint64_t peer_addr; /* the peer's incoming ring */
+  uint32_t peer_rkey;
+  uint64_t peer_head; /* bytes the peer has written into in_ring */
+  uint64_t peer_tail; /* bytes the peer has consumed of ours */
+  uint64_t head_sent; /* our head as last signalled */
+  uint64_t tail_sent; /* our tail as last returned */
+  uint64_t tail_wanted;
+  int data_depth, data_inflight; /* writes carrying data */
+  int credit_inflight;           /* writes returning credit */
+  hoop_result_t failed;          /* sticky once the connection broke */
+  struct hoop_fifo fifo;
+};
+
+static _Atomic(const struct hoop_ib_verbs *) verbs_override;
+
+const struct hoop_ib_verbs *hoop__ib_verbs(void) {
+  const struct hoop_ib_verbs *v = atomic_load(&verbs_override);
+  return v != NULL ? v : hoop__ib_verbs_real;
+}
+
+void hoop__ib_set_verbs(const struct hoop_ib_verbs *verbs) {
+  atomic_store(&verbs_override, verbs);
+}
 
 static bool ib_can_connect(const struct hoop_peer_info *self,
                            const struct hoop_peer_info *peer) {
@@ -40,15 +109,433 @@ static void ib_why_not(const struct hoop_peer_info *self,
   snprintf(why + used, why_len - used, ": %s", detail);
 }
 
+/*
+ * Breaks the connection for good: the first failure is the one reported,
+ * and every later call returns it, since the queue pair is in error.
+ */
+static hoop_result_t fail(struct ib_conn *c, hoop_result_t code,
+                          const char *what) {
+  if (c->failed == HOOP_SUCCESS)
+    c->failed = HOOP_ERROR(NULL, code, "RDMA connection with %s: %s",
+                           c->base.peer_desc, what);
+  else
+    HOOP_ERROR(NULL, c->failed, "RDMA connection with %s: %s",
+               c->base.peer_desc, what);
+  return c->failed;
+}
+
+static hoop_result_t post_recv(struct ib_conn *c) {
+  char why[160];
+  int err = c->v->post_recv(c->ep, WR_RECV, why, sizeof why);
+  return err == 0 ? HOOP_SUCCESS : fail(c, HOOP_ERR_SYSTEM, why);
+}
+
+static void post_write(struct ib_conn *c, uint64_t wr_id, size_t off,
+                       size_t len, uint32_t imm) {
+  char why[160];
+  int err = c->v->post_write(c->ep, wr_id, c->out_ring + off, c->out_mr.lkey,
+                             len, c->peer_addr + off, c->peer_rkey, true, imm,
+                             why, sizeof why);
+  if (err != 0)
+    fail(c, HOOP_ERR_SYSTEM, why);
+}
+
+/*
+ * The FIFO calls this for each piece it copied into the mirror; the send
+ * budget (ib_send) guarantees a free work request for it.
+ */
+static void publish_head(void *ctx, uint64_t head, size_t n) {
+  struct ib_conn *c = ctx;
+  if (c->failed != HOOP_SUCCESS)
+    return;
+  uint32_t delta = (uint32_t)(head - c->head_sent);
+  post_write(c, 0, (size_t)((head - n) % c->ring), n, delta);
+  c->head_sent = head;
+  c->data_inflight++;
+}
+
+/*
+ * Credit leaves once per transport call rather than once per piece
+ * (flush_credit), which keeps the writes returning it few.
+ */
+static void publish_tail(void *ctx, uint64_t tail) {
+  ((struct ib_conn *)ctx)->tail_wanted = tail;
+}
+
+static const struct hoop_fifo_signal ib_signal = {
+    .publish_head = publish_head,
+    .publish_tail = publish_tail,
+};
+
+/*
+ * Returns the credit not yet returned, when a work request is free for
+ * it; otherwise a completion will free one, and the next call sends it.
+ * A writer waiting on this credit is the peer reading from us or waiting
+ * for us to read, so this rank is in a call that calls back here.
+ */
+static void flush_credit(struct ib_conn *c) {
+  if (c->tail_wanted == c->tail_sent || c->credit_inflight >= CREDIT_DEPTH ||
+      c->failed != HOOP_SUCCESS)
+    return;
+  uint32_t delta = (uint32_t)(c->tail_wanted - c->tail_sent);
+  post_write(c, WR_CREDIT, 0, 0, IMM_CREDIT | delta);
+  c->tail_sent = c->tail_wanted;
+  c->credit_inflight++;
+}
+
+static hoop_result_t completed(struct ib_conn *c,
+                               const struct hoop_ib_wc *wc) {
+  if (!wc->ok) {
+    char what[200];
+    snprintf(what, sizeof what,
+             "%s failed: %s (vendor error %#x; the peer's host or its "
+             "adapter may be down, see HOOP_IB_TIMEOUT and "
+             "HOOP_IB_RETRY_CNT)",
+             wc->wr_id & WR_RECV     ? "a receive"
+             : wc->wr_id & WR_CREDIT ? "a credit write"
+                                     : "an RDMA write",
+             wc->status, wc->vendor_err);
+    return fail(c, HOOP_ERR_REMOTE, what);
+  }
+  if (wc->wr_id & WR_RECV) {
+    uint32_t delta = wc->imm & IMM_DELTA;
+    if (wc->imm & IMM_CREDIT)
+      __atomic_store_n(&c->peer_tail, c->peer_tail + delta, __ATOMIC_RELEASE);
+    else
+      __atomic_store_n(&c->peer_head, c->peer_head + delta, __ATOMIC_RELEASE);
+    return post_recv(c);
+  }
+  if (wc->wr_id & WR_CREDIT)
+    c->credit_inflight--;
+  else
+    c->data_inflight--;
+  return HOOP_SUCCESS;
+}
+
+/* Takes every completion there is, then returns pending credit. */
+static hoop_result_t progress(struct ib_conn *c) {
+  struct hoop_ib_wc wc[32];
+  while (c->failed == HOOP_SUCCESS) {
+    int n = c->v->poll(c->ep, wc, 32);
+    if (n < 0)
+      return fail(c, HOOP_ERR_SYSTEM, "polling the completion queue failed");
+    for (int i = 0; i < n; i++)
+      HOOP_CHECK(completed(c, &wc[i]));
+    if (n < 32)
+      break;
+  }
+  flush_credit(c);
+  return c->failed;
+}
+
+static void ib_begin_stream(struct hoop_conn *conn, int send) {
+  hoop__fifo_begin_stream(&((struct ib_conn *)conn)->fifo, send);
+}
+
+/*
+ * A call to the FIFO posts at most one write per piece: one per iov, one
+ * per slot boundary crossed (the room is at most the ring) and one more.
+ * Handing it only as many iovs as free work requests cover keeps every
+ * post within the queue's depth.
+ */
+static hoop_result_t ib_send(struct hoop_conn *conn, const struct iovec *iov,
+                             int iovcnt, size_t *sent) {
+  struct ib_conn *c = (struct ib_conn *)conn;
+  *sent = 0;
+  HOOP_CHECK(progress(c));
+  int most = c->data_depth - c->data_inflight -
+             (int)(c->ring / c->fifo.slot) - 1;
+  if (most <= 0)
+    return HOOP_SUCCESS;
+  *sent = hoop__fifo_send(&c->fifo, iov, iovcnt < most ? iovcnt : most);
+  conn->bytes_sent += *sent;
+  return c->failed;
+}
+
+static hoop_result_t ib_recv(struct hoop_conn *conn, void *buf, size_t len,
+                             bool cold, size_t *got) {
+  struct ib_conn *c = (struct ib_conn *)conn;
+  *got = 0;
+  HOOP_CHECK(progress(c));
+  *got = hoop__fifo_recv(&c->fifo, buf, len, cold);
+  conn->bytes_received += *got;
+  flush_credit(c);
+  return c->failed;
+}
+
+static hoop_result_t ib_peek(struct hoop_conn *conn, size_t want,
+                             const void **ptr, size_t *avail) {
+  struct ib_conn *c = (struct ib_conn *)conn;
+  *avail = 0;
+  HOOP_CHECK(progress(c));
+  *avail = hoop__fifo_peek(&c->fifo, want, ptr);
+  return HOOP_SUCCESS;
+}
+
+static void ib_release(struct hoop_conn *conn, size_t len) {
+  struct ib_conn *c = (struct ib_conn *)conn;
+  hoop__fifo_release(&c->fifo, len);
+  conn->bytes_received += len;
+  flush_credit(c);
+}
+
+/* Reads the set-up socket; *closed when the peer's end is gone. */
+static void peer_closed(struct ib_conn *c, bool *closed) {
+  char buf[16];
+  ssize_t n = recv(c->fd, buf, sizeof buf, MSG_DONTWAIT);
+  *closed = n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK &&
+                       errno != EINTR);
+}
+
+static bool send_budget(const struct ib_conn *c) {
+  return c->data_depth - c->data_inflight - (int)(c->ring / c->fifo.slot) -
+             1 > 0;
+}
+
+static hoop_result_t ib_arm(struct hoop_conn *conn, int send,
+                            struct pollfd *pfd, bool *ready) {
+  struct ib_conn *c = (struct ib_conn *)conn;
+  char what[160];
+  if (c->v->async_take(c->ep, what, sizeof what) != 0)
+    return fail(c, HOOP_ERR_SYSTEM, what);
+  /*
+   * Events taken, then the next one asked for, then the queue polled:
+   * a completion that came before the request makes no event, so it must
+   * be found by this poll or the rank would sleep past it.
+   */
+  c->v->consume(c->ep);
+  if (c->v->notify(c->ep) != 0)
+    return fail(c, HOOP_ERR_SYSTEM, "asking for completion events failed");
+  HOOP_CHECK(progress(c));
+  *ready = hoop__fifo_can_move(&c->fifo, send) && (!send || send_budget(c));
+  bool closed;
+  peer_closed(c, &closed);
+  if (!*ready && closed)
+    return fail(c, HOOP_ERR_REMOTE,
+                "the peer closed it (it exited, failed or aborted)");
+  *pfd = (struct pollfd){.fd = c->epfd, .events = POLLIN};
+  return HOOP_SUCCESS;
+}
+
+static void ib_shutdown(struct hoop_conn *conn) {
+  struct ib_conn *c = (struct ib_conn *)conn;
+  if (c->fd >= 0)
+    shutdown(c->fd, SHUT_RDWR);
+}
+
+/* In reverse order of ib_connect. */
+static void ib_close(struct hoop_conn *conn) {
+  struct ib_conn *c = (struct ib_conn *)conn;
+  if (c == NULL)
+    return;
+  if (c->epfd >= 0)
+    close(c->epfd);
+  if (c->ep != NULL) {
+    if (c->out_mr.handle != NULL)
+      c->v->dereg_mr(c->ep, &c->out_mr);
+    if (c->in_mr.handle != NULL)
+      c->v->dereg_mr(c->ep, &c->in_mr);
+    c->v->close(c->ep);
+  }
+  free(c->out_ring);
+  free(c->in_ring);
+  hoop__sock_close(&c->fd);
+  free(c);
+}
+
+static hoop_result_t verbs_failed(struct ib_conn *c, int err,
+                                  const char *why) {
+  return HOOP_ERROR(NULL, HOOP_ERR_SYSTEM, "RDMA connection with %s: %s%s",
+                    c->base.peer_desc, why,
+                    err == ENOMEM ? " (ulimit -l too low for registered "
+                                    "memory?)"
+                                  : "");
+}
+
+/* The rings, registered, and the queue pair in INIT with its receives. */
+static hoop_result_t make_endpoint(struct ib_conn *c,
+                                   const struct hoop_conn_setup *setup,
+                                   struct hoop_ib_local *local) {
+  size_t slots = (size_t)hoop__param_shm_slots();
+  c->ring = (size_t)hoop__param_shm_slot_bytes() * slots;
+  if (c->ring > IMM_DELTA)
+    return HOOP_ERROR(NULL, HOOP_ERR_INVALID_USAGE,
+                      "ib's rings of HOOP_SHM_SLOT_BYTES x HOOP_SHM_SLOTS = "
+                      "%zu bytes exceed what an immediate can count (2 GiB "
+                      "- 1)",
+                      c->ring);
+  c->in_ring = aligned_alloc(4096, c->ring);
+  c->out_ring = aligned_alloc(4096, c->ring);
+  if (c->in_ring == NULL || c->out_ring == NULL)
+    return HOOP_ERROR(NULL, HOOP_ERR_NO_MEMORY, "ib rings of %zu bytes",
+                      c->ring);
+  c->data_depth = (int)slots + 2 + MAX_IOV_PER_SEND;
+  int depth = c->data_depth + CREDIT_DEPTH;
+  const struct hoop_rdma_port *port = setup->self_port;
+  struct hoop_ib_open o = {.device = port->device,
+                           .port = port->port,
+                           .gid_index = port->gid_index,
+                           .send_depth = depth,
+                           .recv_depth = depth};
+  char why[200];
+  struct hoop_ib_ep *ep = NULL;
+  int err = c->v->open(&o, &ep, local, why, sizeof why);
+  c->ep = err == 0 ? ep : NULL;
+  if (err == 0)
+    err = c->v->reg_mr(c->ep, c->in_ring, c->ring, true, &c->in_mr, why,
+                       sizeof why);
+  if (err == 0)
+    err = c->v->reg_mr(c->ep, c->out_ring, c->ring, false, &c->out_mr, why,
+                       sizeof why);
+  if (err != 0)
+    return verbs_failed(c, err, why);
+  for (int i = 0; i < depth; i++)
+    HOOP_CHECK(post_recv(c));
+  return HOOP_SUCCESS;
+}
+
+/* Swaps connection information over the set-up socket and checks it. */
+static hoop_result_t swap_conninfo(struct ib_conn *c,
+                                   const struct hoop_ib_local *local,
+                                   uint32_t psn, long long deadline,
+                                   struct hoop_ib_conninfo *peer) {
+  struct hoop_ib_conninfo mine = {
+      .magic = HOOP_IB_CONNINFO_MAGIC,
+      .version = HOOP_IB_CONNINFO_VERSION,
+      .lid = local->lid,
+      .mtu = local->mtu,
+      .link_layer = local->link_layer,
+      .qpn = local->qpn,
+      .psn = psn,
+      .fifo_rkey = c->in_mr.rkey,
+      .fifo_addr = (uint64_t)(uintptr_t)c->in_ring,
+      .slot_bytes = (uint32_t)c->fifo.slot,
+      .slots = (uint32_t)(c->ring / c->fifo.slot),
+  };
+  memcpy(mine.gid, local->gid, sizeof mine.gid);
+  unsigned char bytes[sizeof mine];
+  HOOP_CHECK(hoop__sock_send_all(NULL, c->fd, &mine, sizeof mine, deadline,
+                                 c->base.peer_desc));
+  HOOP_CHECK(hoop__sock_recv_all(NULL, c->fd, bytes, sizeof bytes, deadline,
+                                 c->base.peer_desc));
+  char why[200];
+  if (!hoop__ib_conninfo_parse(bytes, sizeof bytes, local->link_layer, peer,
+                               why, sizeof why))
+    return HOOP_ERROR(NULL, HOOP_ERR_MISMATCH,
+                      "%s sent malformed RDMA connection information: %s "
+                      "(different hoop versions?)",
+                      c->base.peer_desc, why);
+  if (peer->slot_bytes != mine.slot_bytes || peer->slots != mine.slots)
+    return HOOP_ERROR(NULL, HOOP_ERR_MISMATCH,
+                      "%s has FIFOs of %u slots of %u bytes, this rank %u "
+                      "of %u: set HOOP_SHM_SLOTS and HOOP_SHM_SLOT_BYTES "
+                      "alike on every rank",
+                      c->base.peer_desc, peer->slots, peer->slot_bytes,
+                      mine.slots, mine.slot_bytes);
+  return HOOP_SUCCESS;
+}
+
+static hoop_result_t join_queue_pairs(struct ib_conn *c,
+                                      const struct hoop_conn_setup *setup,
+                                      const struct hoop_ib_local *local,
+                                      uint32_t psn,
+                                      const struct hoop_ib_conninfo *peer) {
+  struct hoop_rdma_settings s;
+  char why[200];
+  if (!hoop__rdma_settings_read(&s, why, sizeof why))
+    return HOOP_ERROR(NULL, HOOP_ERR_INVALID_USAGE, "%s", why);
+  struct hoop_ib_path path = {
+      .dlid = peer->lid,
+      .mtu = local->mtu < peer->mtu ? local->mtu : peer->mtu,
+      .link_layer = local->link_layer,
+      .dest_qpn = peer->qpn,
+      .rq_psn = peer->psn,
+      .sq_psn = psn,
+      .sgid_index = setup->self_port->gid_index,
+      .timeout = s.timeout,
+      .retry_cnt = s.retry_cnt,
+      .sl = s.sl,
+      .tc = s.tc,
+  };
+  memcpy(path.dgid, peer->gid, sizeof path.dgid);
+  int err = c->v->connect(c->ep, &path, why, sizeof why);
+  if (err != 0)
+    return verbs_failed(c, err, why);
+  /*
+   * Neither side writes before both queue pairs can receive: a write
+   * that reaches a queue pair still in INIT is dropped and retried, and
+   * the retries may run out first.
+   */
+  char byte = 1;
+  HOOP_CHECK(hoop__sock_send_all(NULL, c->fd, &byte, 1, setup->deadline,
+                                 c->base.peer_desc));
+  HOOP_CHECK(hoop__sock_recv_all(NULL, c->fd, &byte, 1, setup->deadline,
+                                 c->base.peer_desc));
+  c->peer_addr = peer->fifo_addr;
+  c->peer_rkey = peer->fifo_rkey;
+  return HOOP_SUCCESS;
+}
+
+static hoop_result_t watch_all(struct ib_conn *c) {
+  c->epfd = epoll_create1(EPOLL_CLOEXEC);
+  if (c->epfd < 0)
+    return HOOP_ERROR(NULL, HOOP_ERR_SYSTEM, "epoll_create1 for %s: %s",
+                      c->base.peer_desc, strerror(errno));
+  int fds[3] = {c->v->event_fd(c->ep), c->v->async_fd(c->ep), c->fd};
+  for (int i = 0; i < 3; i++) {
+    struct epoll_event ev = {.events = EPOLLIN, .data.fd = fds[i]};
+    if (epoll_ctl(c->epfd, EPOLL_CTL_ADD, fds[i], &ev) != 0)
+      return HOOP_ERROR(NULL, HOOP_ERR_SYSTEM, "epoll_ctl for %s: %s",
+                        c->base.peer_desc, strerror(errno));
+  }
+  return HOOP_SUCCESS;
+}
+
 static hoop_result_t ib_connect(const struct hoop_conn_setup *setup,
-                                struct hoop_conn **conn) {
-  *conn = NULL;
-  return HOOP_ERROR(NULL, HOOP_ERR_UNSUPPORTED,
-                    "HOOP_TRANSPORT=ib: rank %d and %s have RDMA ports ib "
-                    "could join, but hoop's verbs data path is not written "
-                    "yet (issue 26, phase 2); use HOOP_TRANSPORT=tcp or "
-                    "leave HOOP_TRANSPORT unset",
-                    setup->rank, setup->peer_desc);
+                                struct hoop_conn **out) {
+  *out = NULL;
+  const struct hoop_ib_verbs *v = hoop__ib_verbs();
+  if (v == NULL)
+    return HOOP_ERROR(NULL, HOOP_ERR_UNSUPPORTED,
+                      "HOOP_TRANSPORT=ib: this hoop was built without "
+                      "libibverbs (install libibverbs-dev and rebuild)");
+  struct ib_conn *c = calloc(1, sizeof *c);
+  if (c == NULL)
+    return HOOP_ERROR(NULL, HOOP_ERR_NO_MEMORY, "ib connection");
+  c->fd = c->epfd = -1;
+  c->v = v;
+  hoop__conn_init(&c->base, &hoop__ib_transport, setup);
+  c->fifo.slot = (size_t)hoop__param_shm_slot_bytes();
+  struct hoop_ib_local local;
+  struct hoop_ib_conninfo peer;
+  uint32_t psn = 0;
+  hoop_result_t res;
+  /*
+   * The socket first: if this rank fails below, closing it tells the
+   * peer at once instead of at its deadline.
+   */
+  HOOP_CHECK_GOTO(setup->open_socket(setup->ctx, &c->fd), res, out_close);
+  HOOP_CHECK_GOTO(make_endpoint(c, setup, &local), res, out_close);
+  HOOP_CHECK_GOTO(hoop__auth_random(&psn, sizeof psn), res, out_close);
+  psn &= 0xffffff;
+  HOOP_CHECK_GOTO(swap_conninfo(c, &local, psn, setup->deadline, &peer), res,
+                  out_close);
+  HOOP_CHECK_GOTO(join_queue_pairs(c, setup, &local, psn, &peer), res,
+                  out_close);
+  HOOP_CHECK_GOTO(hoop__sock_set_nonblocking(c->fd), res, out_close);
+  HOOP_CHECK_GOTO(watch_all(c), res, out_close);
+  c->fifo.ring = c->ring;
+  c->fifo.out_ring = c->out_ring;
+  c->fifo.in_ring = c->in_ring;
+  c->fifo.out_tail = &c->peer_tail;
+  c->fifo.in_head = &c->peer_head;
+  c->fifo.signal = &ib_signal;
+  c->fifo.ctx = c;
+  *out = &c->base;
+  return HOOP_SUCCESS;
+out_close:
+  ib_close(&c->base);
+  return res;
 }
 
 const struct hoop_transport_ops hoop__ib_transport = {
@@ -56,4 +543,12 @@ const struct hoop_transport_ops hoop__ib_transport = {
     .can_connect = ib_can_connect,
     .why_not = ib_why_not,
     .connect = ib_connect,
+    .send = ib_send,
+    .recv = ib_recv,
+    .peek = ib_peek,
+    .release = ib_release,
+    .arm = ib_arm,
+    .begin_stream = ib_begin_stream,
+    .shutdown = ib_shutdown,
+    .close = ib_close,
 };

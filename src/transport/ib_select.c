@@ -15,7 +15,7 @@ static const char *no_port(const struct hoop_rdma_port *p) {
   case HOOP_RDMA_PORT: return NULL;
   case HOOP_RDMA_NOT_PROBED:
     return "did not look for RDMA ports (a rank looks only with "
-           "HOOP_TRANSPORT=ib until ib's data path exists)";
+           "HOOP_TRANSPORT=ib until ib has run on RDMA hardware)";
   case HOOP_RDMA_NO_DEVICE: return "has no RDMA device";
   case HOOP_RDMA_NOT_BUILT: return "runs a build of hoop without RDMA verbs";
   case HOOP_RDMA_BAD_SETTING: return "has a malformed HOOP_IB_* setting";

@@ -18,7 +18,10 @@ static const struct hoop_transport_ops *const transports[] = {
 
 #define NTRANSPORTS (sizeof transports / sizeof *transports)
 
-/* ib: no data path yet (transport/ib.c). */
+/*
+ * ib: chosen only by name until it has run on RDMA hardware; so far only
+ * the tests' in-process fake of verbs has driven it (transport/ib.c).
+ */
 static const struct hoop_transport_ops *const named_only[] = {
     &hoop__ib_transport,
 };
@@ -83,7 +86,7 @@ hoop_result_t hoop__transport_connect(const struct hoop_peer_info *self,
     return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
                       "HOOP_TRANSPORT=%s: no such transport can connect "
                       "rank %d and %s (this build has: shm for ranks on one "
-                      "host, tcp, and ib, which has no data path yet)",
+                      "host, tcp, and ib)",
                       forced, setup->rank, setup->peer_desc);
   return HOOP_ERROR(NULL, HOOP_ERR_UNSUPPORTED,
                     "no transport can connect rank %d and %s", setup->rank,

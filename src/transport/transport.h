@@ -41,6 +41,9 @@ struct hoop_conn_setup {
   size_t slice_bytes;    /* the most one engine op moves (HOOP_SLICE_BYTES) */
   size_t sockbuf_bytes;  /* SO_SNDBUF/SO_RCVBUF; 0 leaves the kernel's */
   const char *peer_desc; /* "rank 3 (10.0.0.2:41234, host node7, pid 12)" */
+  /* The RDMA ports both ranks published, for ib. */
+  const struct hoop_rdma_port *self_port;
+  const struct hoop_rdma_port *peer_port;
   /*
    * Opens the TCP socket to the peer for this channel, handshaken and
    * blocking, by the deadline: the lower rank dials and the higher
