@@ -608,8 +608,10 @@ TEST(FakeVerbs, TwoThreadsSeeTheBytesOfEveryCompletion) {
 // ---- hoop over HOOP_TRANSPORT=ib on the fake ------------------------------
 
 using hooptest::RankLog;
+// A rank that frees its communicator itself (hoop_comm_abort) sets comm
+// to nullptr.
 using RankFn =
-    std::function<void(RankLog &log, hoop_comm_t comm, int rank, int nranks)>;
+    std::function<void(RankLog &log, hoop_comm_t &comm, int rank, int nranks)>;
 using Env = std::vector<std::pair<const char *, const char *>>;
 
 struct IbRun {
@@ -672,7 +674,8 @@ void run_ib(int nranks, const RankFn &fn, const IbRun &run = IbRun()) {
             finished++;
             while (run.destroy_together && finished < nranks)
               std::this_thread::sleep_for(std::chrono::milliseconds(1));
-            hoop_comm_destroy(comm);
+            if (comm != nullptr)
+              hoop_comm_destroy(comm);
             failed[(size_t)rank] = !mine.ok();
           });
         }
@@ -960,6 +963,19 @@ TEST(IbCollectivesSmallRing, CreditsCycleManyTimes) {
       run);
 }
 
+// Two channels per pair of ranks: a queue pair each.
+TEST(IbCollectivesChannels, TwoChannelsPerPeer) {
+  IbRun run;
+  run.env = {{"HOOP_NSOCKS", "2"}};
+  run_ib(
+      3,
+      [](RankLog &log, hoop_comm_t comm, int rank, int n) {
+        allreduce_sum(log, comm, rank, n);
+        allgather(log, comm, rank, n);
+      },
+      run);
+}
+
 // A rank destroys its communicator as soon as its last call returned,
 // while its peer may still be finishing the same call: returning the
 // credit for the last bytes it read, which the destroyed queue pair
@@ -1083,6 +1099,32 @@ TEST(IbFailures, ARankThatStopsAndDiesIsNamedByTheOthers) {
         if (allreduce_until_failure(log, comm, rank, calls))
           expect_named(log, calls, rank, "rank " + std::to_string(victim));
         failed++;
+      },
+      failing());
+}
+
+// A rank aborts its communicator between calls, closing its connections:
+// the others' calls fail at once, naming it.
+TEST(IbFailures, AnAbortedRankFailsTheOthersCallsNamingIt) {
+  const int n = 3, victim = 1;
+  Calls calls;
+  run_ib(
+      n,
+      [&](RankLog &log, hoop_comm_t &comm, int rank, int) {
+        if (rank == victim) {
+          RANK_EXPECT(log, !allreduce_until_failure(log, comm, rank, calls, 3),
+                      "a call failed before the abort: %s",
+                      calls.why[rank].c_str());
+          hoop_comm_abort(comm);
+          comm = nullptr;
+          return;
+        }
+        if (!allreduce_until_failure(log, comm, rank, calls))
+          return;
+        expect_named(log, calls, rank, "rank " + std::to_string(victim));
+        RANK_EXPECT(log, calls.failed_ms[rank] < kTimeoutMs,
+                    "it failed only after %lld ms: %s", calls.failed_ms[rank],
+                    calls.why[rank].c_str());
       },
       failing());
 }
