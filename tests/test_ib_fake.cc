@@ -982,7 +982,7 @@ TEST(IbCollectivesChannels, TwoChannelsPerPeer) {
 // cannot take.  The peer's call has everything it needs and must not
 // fail for that.  Disabled while ib.c fails the connection on the
 // credit write's error before it reads the bytes that already landed
-// (3 or 4 rounds in 10 fail here; on hardware it takes a small
+// (2 to 4 rounds in 10 fail here; on hardware it takes a small
 // HOOP_IB_TIMEOUT); --gtest_also_run_disabled_tests runs it.
 TEST(IbTeardown,
      DISABLED_ADestroyRightAfterTheLastCallLeavesThePeersCallWhole) {
