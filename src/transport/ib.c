@@ -69,7 +69,8 @@ struct ib_conn {
   uint64_t tail_wanted;
   int data_depth, data_inflight; /* writes carrying data */
   int credit_inflight;           /* writes returning credit */
-  hoop_result_t failed;          /* sticky once the connection broke */
+  hoop_result_t broken;          /* once the queue pair is in error */
+  char broken_why[200];
   struct hoop_fifo fifo;
 };
 
@@ -110,24 +111,30 @@ static void ib_why_not(const struct hoop_peer_info *self,
 }
 
 /*
- * Breaks the connection for good: the first failure is the one reported,
- * and every later call returns it, since the queue pair is in error.
+ * Marks the connection broken: the queue pair is in error, so nothing
+ * more will be written or arrive.  What arrived before still counts: a
+ * peer that read its last bytes and destroyed its communicator makes our
+ * credit write for the same call fail, and the bytes of that call that
+ * already landed must still be read.  So the failure is reported
+ * (report) only where the call needs the queue pair: to send, or to wait
+ * for bytes that are not there.
  */
-static hoop_result_t fail(struct ib_conn *c, hoop_result_t code,
-                          const char *what) {
-  if (c->failed == HOOP_SUCCESS)
-    c->failed = HOOP_ERROR(NULL, code, "RDMA connection with %s: %s",
-                           c->base.peer_desc, what);
-  else
-    HOOP_ERROR(NULL, c->failed, "RDMA connection with %s: %s",
-               c->base.peer_desc, what);
-  return c->failed;
+static void broke(struct ib_conn *c, hoop_result_t code, const char *what) {
+  if (c->broken != HOOP_SUCCESS)
+    return;
+  c->broken = code;
+  snprintf(c->broken_why, sizeof c->broken_why, "%s", what);
 }
 
-static hoop_result_t post_recv(struct ib_conn *c) {
+static hoop_result_t report(struct ib_conn *c) {
+  return HOOP_ERROR(NULL, c->broken, "RDMA connection with %s: %s",
+                    c->base.peer_desc, c->broken_why);
+}
+
+static void post_recv(struct ib_conn *c) {
   char why[160];
-  int err = c->v->post_recv(c->ep, WR_RECV, why, sizeof why);
-  return err == 0 ? HOOP_SUCCESS : fail(c, HOOP_ERR_SYSTEM, why);
+  if (c->v->post_recv(c->ep, WR_RECV, why, sizeof why) != 0)
+    broke(c, HOOP_ERR_SYSTEM, why);
 }
 
 static void post_write(struct ib_conn *c, uint64_t wr_id, size_t off,
@@ -137,7 +144,7 @@ static void post_write(struct ib_conn *c, uint64_t wr_id, size_t off,
                              len, c->peer_addr + off, c->peer_rkey, true, imm,
                              why, sizeof why);
   if (err != 0)
-    fail(c, HOOP_ERR_SYSTEM, why);
+    broke(c, HOOP_ERR_SYSTEM, why);
 }
 
 /*
@@ -146,7 +153,7 @@ static void post_write(struct ib_conn *c, uint64_t wr_id, size_t off,
  */
 static void publish_head(void *ctx, uint64_t head, size_t n) {
   struct ib_conn *c = ctx;
-  if (c->failed != HOOP_SUCCESS)
+  if (c->broken != HOOP_SUCCESS)
     return;
   uint32_t delta = (uint32_t)(head - c->head_sent);
   post_write(c, 0, (size_t)((head - n) % c->ring), n, delta);
@@ -175,7 +182,7 @@ static const struct hoop_fifo_signal ib_signal = {
  */
 static void flush_credit(struct ib_conn *c) {
   if (c->tail_wanted == c->tail_sent || c->credit_inflight >= CREDIT_DEPTH ||
-      c->failed != HOOP_SUCCESS)
+      c->broken != HOOP_SUCCESS)
     return;
   uint32_t delta = (uint32_t)(c->tail_wanted - c->tail_sent);
   post_write(c, WR_CREDIT, 0, 0, IMM_CREDIT | delta);
@@ -183,19 +190,19 @@ static void flush_credit(struct ib_conn *c) {
   c->credit_inflight++;
 }
 
-static hoop_result_t completed(struct ib_conn *c,
-                               const struct hoop_ib_wc *wc) {
+static void completed(struct ib_conn *c, const struct hoop_ib_wc *wc) {
   if (!wc->ok) {
     char what[200];
     snprintf(what, sizeof what,
-             "%s failed: %s (vendor error %#x; the peer's host or its "
-             "adapter may be down, see HOOP_IB_TIMEOUT and "
+             "%s failed: %s (vendor error %#x; the peer may have exited, "
+             "or its host or adapter be down; see HOOP_IB_TIMEOUT and "
              "HOOP_IB_RETRY_CNT)",
              wc->wr_id & WR_RECV     ? "a receive"
              : wc->wr_id & WR_CREDIT ? "a credit write"
                                      : "an RDMA write",
              wc->status, wc->vendor_err);
-    return fail(c, HOOP_ERR_REMOTE, what);
+    broke(c, HOOP_ERR_REMOTE, what);
+    return;
   }
   if (wc->wr_id & WR_RECV) {
     uint32_t delta = wc->imm & IMM_DELTA;
@@ -203,33 +210,42 @@ static hoop_result_t completed(struct ib_conn *c,
       __atomic_store_n(&c->peer_tail, c->peer_tail + delta, __ATOMIC_RELEASE);
     else
       __atomic_store_n(&c->peer_head, c->peer_head + delta, __ATOMIC_RELEASE);
-    return post_recv(c);
-  }
-  if (wc->wr_id & WR_CREDIT)
+    post_recv(c);
+  } else if (wc->wr_id & WR_CREDIT) {
     c->credit_inflight--;
-  else
+  } else {
     c->data_inflight--;
-  return HOOP_SUCCESS;
+  }
 }
 
-/* Takes every completion there is, then returns pending credit. */
-static hoop_result_t progress(struct ib_conn *c) {
+/*
+ * Takes every completion there is, in order, so that the receives that
+ * completed before an error still count; then returns pending credit.
+ */
+static void progress(struct ib_conn *c) {
   struct hoop_ib_wc wc[32];
-  while (c->failed == HOOP_SUCCESS) {
+  for (;;) {
     int n = c->v->poll(c->ep, wc, 32);
-    if (n < 0)
-      return fail(c, HOOP_ERR_SYSTEM, "polling the completion queue failed");
+    if (n < 0) {
+      broke(c, HOOP_ERR_SYSTEM, "polling the completion queue failed");
+      return;
+    }
     for (int i = 0; i < n; i++)
-      HOOP_CHECK(completed(c, &wc[i]));
+      completed(c, &wc[i]);
     if (n < 32)
       break;
   }
   flush_credit(c);
-  return c->failed;
 }
 
 static void ib_begin_stream(struct hoop_conn *conn, int send) {
   hoop__fifo_begin_stream(&((struct ib_conn *)conn)->fifo, send);
+}
+
+/* Free work requests for one call to the FIFO, as ib_send counts them. */
+static int send_budget(const struct ib_conn *c) {
+  return c->data_depth - c->data_inflight - (int)(c->ring / c->fifo.slot) -
+         1;
 }
 
 /*
@@ -242,34 +258,33 @@ static hoop_result_t ib_send(struct hoop_conn *conn, const struct iovec *iov,
                              int iovcnt, size_t *sent) {
   struct ib_conn *c = (struct ib_conn *)conn;
   *sent = 0;
-  HOOP_CHECK(progress(c));
-  int most = c->data_depth - c->data_inflight -
-             (int)(c->ring / c->fifo.slot) - 1;
+  progress(c);
+  if (c->broken != HOOP_SUCCESS)
+    return report(c);
+  int most = send_budget(c);
   if (most <= 0)
     return HOOP_SUCCESS;
   *sent = hoop__fifo_send(&c->fifo, iov, iovcnt < most ? iovcnt : most);
   conn->bytes_sent += *sent;
-  return c->failed;
+  return c->broken != HOOP_SUCCESS ? report(c) : HOOP_SUCCESS;
 }
 
 static hoop_result_t ib_recv(struct hoop_conn *conn, void *buf, size_t len,
                              bool cold, size_t *got) {
   struct ib_conn *c = (struct ib_conn *)conn;
-  *got = 0;
-  HOOP_CHECK(progress(c));
+  progress(c);
   *got = hoop__fifo_recv(&c->fifo, buf, len, cold);
   conn->bytes_received += *got;
   flush_credit(c);
-  return c->failed;
+  return *got == 0 && c->broken != HOOP_SUCCESS ? report(c) : HOOP_SUCCESS;
 }
 
 static hoop_result_t ib_peek(struct hoop_conn *conn, size_t want,
                              const void **ptr, size_t *avail) {
   struct ib_conn *c = (struct ib_conn *)conn;
-  *avail = 0;
-  HOOP_CHECK(progress(c));
+  progress(c);
   *avail = hoop__fifo_peek(&c->fifo, want, ptr);
-  return HOOP_SUCCESS;
+  return *avail == 0 && c->broken != HOOP_SUCCESS ? report(c) : HOOP_SUCCESS;
 }
 
 static void ib_release(struct hoop_conn *conn, size_t len) {
@@ -279,17 +294,12 @@ static void ib_release(struct hoop_conn *conn, size_t len) {
   flush_credit(c);
 }
 
-/* Reads the set-up socket; *closed when the peer's end is gone. */
-static void peer_closed(struct ib_conn *c, bool *closed) {
+/* Whether the set-up socket says the peer's end is gone. */
+static bool peer_closed(struct ib_conn *c) {
   char buf[16];
   ssize_t n = recv(c->fd, buf, sizeof buf, MSG_DONTWAIT);
-  *closed = n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK &&
-                       errno != EINTR);
-}
-
-static bool send_budget(const struct ib_conn *c) {
-  return c->data_depth - c->data_inflight - (int)(c->ring / c->fifo.slot) -
-             1 > 0;
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK &&
+                    errno != EINTR);
 }
 
 static hoop_result_t ib_arm(struct hoop_conn *conn, int send,
@@ -297,7 +307,7 @@ static hoop_result_t ib_arm(struct hoop_conn *conn, int send,
   struct ib_conn *c = (struct ib_conn *)conn;
   char what[160];
   if (c->v->async_take(c->ep, what, sizeof what) != 0)
-    return fail(c, HOOP_ERR_SYSTEM, what);
+    broke(c, HOOP_ERR_SYSTEM, what);
   /*
    * Events taken, then the next one asked for, then the queue polled:
    * a completion that came before the request makes no event, so it must
@@ -305,14 +315,15 @@ static hoop_result_t ib_arm(struct hoop_conn *conn, int send,
    */
   c->v->consume(c->ep);
   if (c->v->notify(c->ep) != 0)
-    return fail(c, HOOP_ERR_SYSTEM, "asking for completion events failed");
-  HOOP_CHECK(progress(c));
-  *ready = hoop__fifo_can_move(&c->fifo, send) && (!send || send_budget(c));
-  bool closed;
-  peer_closed(c, &closed);
-  if (!*ready && closed)
-    return fail(c, HOOP_ERR_REMOTE,
-                "the peer closed it (it exited, failed or aborted)");
+    broke(c, HOOP_ERR_SYSTEM, "asking for completion events failed");
+  progress(c);
+  *ready = hoop__fifo_can_move(&c->fifo, send) &&
+           (!send || send_budget(c) > 0);
+  if (!*ready && c->broken == HOOP_SUCCESS && peer_closed(c))
+    broke(c, HOOP_ERR_REMOTE,
+          "the peer closed it (it exited, failed or aborted)");
+  if ((!*ready || send) && c->broken != HOOP_SUCCESS)
+    return report(c);
   *pfd = (struct pollfd){.fd = c->epfd, .events = POLLIN};
   return HOOP_SUCCESS;
 }
@@ -389,9 +400,9 @@ static hoop_result_t make_endpoint(struct ib_conn *c,
                        sizeof why);
   if (err != 0)
     return verbs_failed(c, err, why);
-  for (int i = 0; i < depth; i++)
-    HOOP_CHECK(post_recv(c));
-  return HOOP_SUCCESS;
+  for (int i = 0; i < depth && c->broken == HOOP_SUCCESS; i++)
+    post_recv(c);
+  return c->broken != HOOP_SUCCESS ? report(c) : HOOP_SUCCESS;
 }
 
 /* Swaps connection information over the set-up socket and checks it. */

@@ -115,7 +115,7 @@ static int query_port(const struct hoop_ib_open *o, struct hoop_ib_ep *ep,
     return ENETDOWN;
   }
   local->lid = attr.lid;
-  /* ibv_mtu numbers MTUs as hoop_mtu does; discovery clamps alike. */
+  /* ibv_mtu numbers MTUs as peer.h does; discovery clamps alike. */
   local->mtu = attr.active_mtu >= HOOP_MTU_MIN &&
                        attr.active_mtu <= HOOP_MTU_MAX
                    ? (uint8_t)attr.active_mtu

@@ -30,7 +30,7 @@ struct hoop_ib_open {
 /* This endpoint's address, for the connection information. */
 struct hoop_ib_local {
   uint16_t lid;
-  uint8_t mtu;        /* enum hoop_mtu of the port */
+  uint8_t mtu;        /* the port's, HOOP_MTU_MIN..HOOP_MTU_MAX */
   uint8_t link_layer; /* enum hoop_link_layer */
   uint32_t qpn;
   uint8_t gid[16];
@@ -98,7 +98,7 @@ struct hoop_ib_verbs {
   int (*post_recv)(struct hoop_ib_ep *ep, uint64_t wr_id, char *why,
                    size_t why_len);
 
-  /* Up to `max` completions into wc; returns how many, or -errno. */
+  /* Up to `max` completions into wc; returns how many, or < 0 on error. */
   int (*poll)(struct hoop_ib_ep *ep, struct hoop_ib_wc *wc, int max);
 
   /*
