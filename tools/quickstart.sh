@@ -67,15 +67,17 @@ configure_and_build() {
   cmake --build "$build"
 }
 
-# The suites that reach every transport (shm, and tcp again under the
-# "tcp." prefix), the set-up and its attacks, and the error paths, with a
-# few collectives of every kind, built again with AddressSanitizer and
-# UBSan, where any report fails the test.
+# The suites that reach every transport (shm, tcp again under the "tcp."
+# prefix, ib over the fake verbs), the set-up and its attacks, and the
+# error paths, with a few collectives of every kind, built again with
+# AddressSanitizer and UBSan, where any report fails the test.
 sanitized_suites=(test_security test_wire test_errors test_bootstrap test_shm
-                  test_p2p test_collectives)
+                  test_p2p test_collectives test_ib_fake)
 sanitized_cases='^(tcp\.)?(Auth|Malformed|Flood|Seals|Transports|Wire|Errors'
 sanitized_cases+='|P2PErrors|Bootstrap|SocketIfname|Shm|Slots|Topology'
 sanitized_cases+='|Ranks/AllToAll|Ranks/Groups|Ranks/Blocking'
+sanitized_cases+='|FakeVerbs|Fake/IbCollectives|IbCollectives|IbTeardown'
+sanitized_cases+='|IbFailures'
 sanitized_cases+='|Ranks/Collectives\.EveryDtypeOpSizeAndPlacementMatchesReference'
 sanitized_cases+='/(3ranks_smallslices_3socks|4ranks_default))'
 
