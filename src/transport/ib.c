@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -348,8 +349,10 @@ static void ib_close(struct hoop_conn *conn) {
       c->v->dereg_mr(c->ep, &c->in_mr);
     c->v->close(c->ep);
   }
-  free(c->out_ring);
-  free(c->in_ring);
+  if (c->out_ring != NULL)
+    munmap(c->out_ring, c->ring);
+  if (c->in_ring != NULL)
+    munmap(c->in_ring, c->ring);
   hoop__sock_close(&c->fd);
   free(c);
 }
@@ -361,6 +364,27 @@ static hoop_result_t verbs_failed(struct ib_conn *c, int err,
                     err == ENOMEM ? " (ulimit -l too low for registered "
                                     "memory?)"
                                   : "");
+}
+
+/*
+ * A ring of its own pages, left out of forked children: a child that
+ * shared them copy-on-write would make the parent's next write copy the
+ * page the adapter no longer writes into (data loaders fork after the
+ * communicator exists).  rdma-core's ibv_fork_init does the same for
+ * every registration, but only if the program calls it.
+ */
+static char *ring_alloc(size_t bytes) {
+  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED)
+    return NULL;
+  if (madvise(p, bytes, MADV_DONTFORK) != 0) {
+    int err = errno;
+    munmap(p, bytes);
+    errno = err;
+    return NULL;
+  }
+  return p;
 }
 
 /* The rings, registered, and the queue pair in INIT with its receives. */
@@ -375,11 +399,11 @@ static hoop_result_t make_endpoint(struct ib_conn *c,
                       "%zu bytes exceed what an immediate can count (2 GiB "
                       "- 1)",
                       c->ring);
-  c->in_ring = aligned_alloc(4096, c->ring);
-  c->out_ring = aligned_alloc(4096, c->ring);
+  c->in_ring = ring_alloc(c->ring);
+  c->out_ring = ring_alloc(c->ring);
   if (c->in_ring == NULL || c->out_ring == NULL)
-    return HOOP_ERROR(NULL, HOOP_ERR_NO_MEMORY, "ib rings of %zu bytes",
-                      c->ring);
+    return HOOP_ERROR(NULL, HOOP_ERR_NO_MEMORY, "ib rings of %zu bytes for "
+                      "%s: %s", c->ring, c->base.peer_desc, strerror(errno));
   c->data_depth = (int)slots + 2 + MAX_IOV_PER_SEND;
   int depth = c->data_depth + CREDIT_DEPTH;
   const struct hoop_rdma_port *port = setup->self_port;
