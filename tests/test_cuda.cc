@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "gpu_probe.h"
 #include "harness.h"
 #include "queries.h"
 #include "reference.h"
@@ -38,25 +39,6 @@ extern "C" {
 using namespace hooptest;
 
 namespace {
-
-// Empty when a GPU is usable, else why not.
-const std::string &gpu_missing() {
-  static std::string why = ask_in_child([] {
-    int n = 0;
-    cudaError_t e = cudaGetDeviceCount(&n);
-    return e != cudaSuccess ? std::string("cudaGetDeviceCount: ") +
-                                  cudaGetErrorString(e)
-           : n == 0         ? std::string("no CUDA device")
-                            : std::string();
-  });
-  return why;
-}
-
-#define REQUIRE_GPU()                                                        \
-  do {                                                                       \
-    if (!gpu_missing().empty())                                              \
-      GTEST_SKIP() << "needs a GPU: " << gpu_missing();                      \
-  } while (0)
 
 #define CUDA_OK(call)                                                        \
   do {                                                                       \
