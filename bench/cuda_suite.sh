@@ -3,6 +3,10 @@
 #   bench/cuda_suite.sh test    build, run the CUDA test cases
 #   bench/cuda_suite.sh bench   build, run the kernel and collective benches
 #   bench/cuda_suite.sh all     both
+#   bench/cuda_suite.sh torch   build, then PyTorch DDP and dist.all_reduce
+#                               with backend hoop against gloo on CUDA
+#                               tensors (bench/torch_vs_gloo.py; minutes,
+#                               so a call of its own)
 # TESTS and SKIP_TESTS narrow the ctest run (regexes).
 # BUILD_DIR (default build-gpu) is the build; logs go to BUILD_DIR/out, and
 # when OUT is set (the device tool's result folder, which returns at most 8
@@ -91,5 +95,13 @@ if [ "$mode" = bench ] || [ "$mode" = all ]; then
       echo "== 2 ranks, $transport, $m buffers"; tail -6 "$out/allreduce-2ranks-$transport-$m.txt"
     done
   done
+fi
+if [ "$mode" = torch ]; then
+  data=/usr/share/datasets/fashion-mnist
+  [ -d "$data" ] || data=$root/.deps/fashion-mnist
+  python3 "$root/bench/torch_vs_gloo.py" --build "$build" --device cuda \
+    --data "$data" --repeats "${REPEATS:-3}" --out "$out/torch-vs-gloo-cuda.md" \
+    >"$out/torch-vs-gloo-cuda.log" 2>&1 || status=1
+  tail -30 "$out/torch-vs-gloo-cuda.log"
 fi
 exit $status
