@@ -879,6 +879,29 @@ TEST(IbCollectivesSmallRing, CreditsCycleManyTimes) {
       run);
 }
 
+// Every wait sleeps at once (no spinning, no yielding), so each one goes
+// through arm: completions taken, the next event asked for, the queue
+// polled again, and poll() on the epoll descriptor.  A wake-up lost
+// between those steps leaves a rank asleep until the timeout fails it.
+TEST(IbCollectivesSleeping, EveryWaitSleepsInPollAndIsWoken) {
+  IbRun run;
+  run.env = {{"HOOP_SPIN_US", "0"},
+             {"HOOP_YIELD_US", "0"},
+             {"HOOP_SHM_SLOT_BYTES", "4096"},
+             {"HOOP_SHM_SLOTS", "2"},
+             {"HOOP_TIMEOUT_MS", "20000"}};
+  for (int n : {2, 3}) {
+    run_ib(
+        n,
+        [](RankLog &log, hoop_comm_t comm, int rank, int nranks) {
+          allreduce_sum(log, comm, rank, nranks);
+          allgather(log, comm, rank, nranks);
+          sendrecv(log, comm, rank, nranks);
+        },
+        run);
+  }
+}
+
 // Two channels per pair of ranks: a queue pair each.
 TEST(IbCollectivesChannels, TwoChannelsPerPeer) {
   IbRun run;
