@@ -140,6 +140,7 @@ void push_wc(hoop_ib_ep *ep, uint64_t wr_id, bool recv, int status,
   hoop_ib_wc wc{};
   wc.wr_id = wr_id;
   wc.ok = status == kSuccess;
+  wc.flushed = status == kFlushed;
   wc.recv = recv;
   wc.imm = imm;
   if (status != kSuccess)

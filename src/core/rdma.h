@@ -95,6 +95,13 @@ typedef bool (*hoop_rdma_discover_fn)(struct hoop_rdma_local_port **ports,
 void hoop__rdma_set_discover(hoop_rdma_discover_fn discover);
 
 /*
+ * Makes libibverbs keep registered memory out of forked children where
+ * the kernel does not (before 5.13); once per process, before any other
+ * verbs call (discovery and ib's verbs table call it first).
+ */
+void hoop__rdma_fork_safe(void);
+
+/*
  * Keeps, in order, the ports that HOOP_IB_HCA's list `spec` selects (NULL
  * selects all); returns how many, or -1 when `spec` is malformed.
  */

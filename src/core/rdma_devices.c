@@ -5,10 +5,12 @@
  */
 #include <errno.h>
 #include <infiniband/verbs.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/log.h"
 #include "core/rdma.h"
 
 static uint8_t link_layer_of(uint8_t verbs) {
@@ -116,10 +118,34 @@ out_close:
   return ok;
 }
 
+/*
+ * Before a kernel 5.13 a child forked after memory was registered (data
+ * loaders fork) shares the parent's registered pages and the provider's
+ * queue buffers copy-on-write, and the parent's next write copies away
+ * the page the adapter uses.  libibverbs keeps such memory out of
+ * children only if asked before its first other call, and says when the
+ * kernel makes that unneeded.
+ */
+static void fork_safe_once(void) {
+  if (ibv_is_fork_initialized() != IBV_FORK_DISABLED)
+    return;
+  int err = ibv_fork_init();
+  if (err != 0)
+    HOOP_WARN("ibv_fork_init: %s: a process that forks after its "
+              "communicator exists may corrupt its RDMA queues",
+              strerror(err));
+}
+
+void hoop__rdma_fork_safe(void) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, fork_safe_once);
+}
+
 bool hoop__rdma_discover(struct hoop_rdma_local_port **ports, int *nports,
                          char *why, size_t why_len) {
   *ports = NULL;
   *nports = 0;
+  hoop__rdma_fork_safe();
   int ndev = 0;
   errno = 0;
   struct ibv_device **list = ibv_get_device_list(&ndev);

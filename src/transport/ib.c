@@ -25,6 +25,7 @@
  * all of this over an in-process fake; on RDMA hardware it has never run.
  */
 #include <errno.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,6 +51,8 @@
 #define WR_CREDIT 2u           /* a write returning credit */
 #define MAX_IOV_PER_SEND 64
 #define CREDIT_DEPTH 64
+#define RECV_PER_SEND 4 /* receives posted per send request of the peer */
+#define DRAIN_MS 2000
 
 struct ib_conn {
   struct hoop_conn base;
@@ -71,6 +74,8 @@ struct ib_conn {
   int data_depth, data_inflight; /* writes carrying data */
   int credit_inflight;           /* writes returning credit */
   hoop_result_t broken;          /* once the queue pair is in error */
+  bool broken_by_flush;          /* the reason so far is only a flush */
+  bool shut;                     /* the communicator broke: no draining */
   char broken_why[200];
   struct hoop_fifo fifo;
 };
@@ -121,9 +126,10 @@ static void ib_why_not(const struct hoop_peer_info *self,
  * for bytes that are not there.
  */
 static void broke(struct ib_conn *c, hoop_result_t code, const char *what) {
-  if (c->broken != HOOP_SUCCESS)
+  if (c->broken != HOOP_SUCCESS && !c->broken_by_flush)
     return;
   c->broken = code;
+  c->broken_by_flush = false;
   snprintf(c->broken_why, sizeof c->broken_why, "%s", what);
 }
 
@@ -175,22 +181,6 @@ static const struct hoop_fifo_signal ib_signal = {
     .publish_tail = publish_tail,
 };
 
-/*
- * Returns the credit not yet returned, when a work request is free for
- * it; otherwise a completion will free one, and the next call sends it.
- * A writer waiting on this credit is the peer reading from us or waiting
- * for us to read, so this rank is in a call that calls back here.
- */
-static void flush_credit(struct ib_conn *c) {
-  if (c->tail_wanted == c->tail_sent || c->credit_inflight >= CREDIT_DEPTH ||
-      c->broken != HOOP_SUCCESS)
-    return;
-  uint32_t delta = (uint32_t)(c->tail_wanted - c->tail_sent);
-  post_write(c, WR_CREDIT, 0, 0, IMM_CREDIT | delta);
-  c->tail_sent = c->tail_wanted;
-  c->credit_inflight++;
-}
-
 static void completed(struct ib_conn *c, const struct hoop_ib_wc *wc) {
   if (!wc->ok) {
     char what[200];
@@ -202,7 +192,14 @@ static void completed(struct ib_conn *c, const struct hoop_ib_wc *wc) {
              : wc->wr_id & WR_CREDIT ? "a credit write"
                                      : "an RDMA write",
              wc->status, wc->vendor_err);
-    broke(c, HOOP_ERR_REMOTE, what);
+    /*
+     * A queue pair in error flushes what it had posted, in no order with
+     * the request that failed: the failure, not a flush, is the reason.
+     */
+    if (c->broken == HOOP_SUCCESS || !wc->flushed) {
+      broke(c, HOOP_ERR_REMOTE, what);
+      c->broken_by_flush = wc->flushed;
+    }
     return;
   }
   if (wc->wr_id & WR_RECV) {
@@ -221,22 +218,55 @@ static void completed(struct ib_conn *c, const struct hoop_ib_wc *wc) {
 
 /*
  * Takes every completion there is, in order, so that the receives that
- * completed before an error still count; then returns pending credit.
+ * completed before an error still count; returns how many.
  */
-static void progress(struct ib_conn *c) {
+static int take_completions(struct ib_conn *c) {
   struct hoop_ib_wc wc[32];
+  int total = 0;
   for (;;) {
     int n = c->v->poll(c->ep, wc, 32);
     if (n < 0) {
       broke(c, HOOP_ERR_SYSTEM, "polling the completion queue failed");
-      return;
+      return total;
     }
     for (int i = 0; i < n; i++)
       completed(c, &wc[i]);
+    total += n;
     if (n < 32)
-      break;
+      return total;
   }
+}
+
+/*
+ * Returns credit not yet returned, when a request is free for it;
+ * otherwise a completion will free one and the next call sends it.  A
+ * writer waiting on it is the peer writing to us, so this rank is in a
+ * call that receives from it and comes back here.
+ */
+static void flush_credit(struct ib_conn *c) {
+  if (c->tail_wanted == c->tail_sent || c->broken != HOOP_SUCCESS)
+    return;
+  /*
+   * Releases post credit without polling, so the requests counted may
+   * long be done: reap them rather than leave the credit until this
+   * connection's next call, which may come only after its peer has
+   * waited for it.
+   */
+  if (c->credit_inflight >= CREDIT_DEPTH)
+    take_completions(c);
+  if (c->credit_inflight >= CREDIT_DEPTH)
+    return;
+  uint32_t delta = (uint32_t)(c->tail_wanted - c->tail_sent);
+  post_write(c, WR_CREDIT, 0, 0, IMM_CREDIT | delta);
+  c->tail_sent = c->tail_wanted;
+  c->credit_inflight++;
+}
+
+/* Takes what completed, then returns pending credit; says how much it took. */
+static int progress(struct ib_conn *c) {
+  int n = take_completions(c);
   flush_credit(c);
+  return n;
 }
 
 static void ib_begin_stream(struct hoop_conn *conn, int send) {
@@ -317,12 +347,24 @@ static hoop_result_t ib_arm(struct hoop_conn *conn, int send,
   c->v->consume(c->ep);
   if (c->v->notify(c->ep) != 0)
     broke(c, HOOP_ERR_SYSTEM, "asking for completion events failed");
-  progress(c);
-  *ready = hoop__fifo_can_move(&c->fifo, send) &&
-           (!send || send_budget(c) > 0);
-  if (!*ready && c->broken == HOOP_SUCCESS && peer_closed(c))
-    broke(c, HOOP_ERR_REMOTE,
-          "the peer closed it (it exited, failed or aborted)");
+  /*
+   * The engine arms the send and the receive link of one connection in
+   * turn, and the event consumed above may have announced what the other
+   * link sleeps on: a completion taken now is news, so the engine looks
+   * again rather than sleep past it.
+   */
+  *ready = progress(c) > 0 || (hoop__fifo_can_move(&c->fifo, send) &&
+                               (!send || send_budget(c) > 0));
+  if (!*ready && c->broken == HOOP_SUCCESS && peer_closed(c)) {
+    /*
+     * A peer closes once its last writes are acknowledged, which may be
+     * before their completions show here: look once more.
+     */
+    *ready = progress(c) > 0;
+    if (!*ready)
+      broke(c, HOOP_ERR_REMOTE,
+            "the peer closed it (it exited, failed or aborted)");
+  }
   if ((!*ready || send) && c->broken != HOOP_SUCCESS)
     return report(c);
   *pfd = (struct pollfd){.fd = c->epfd, .events = POLLIN};
@@ -331,8 +373,23 @@ static hoop_result_t ib_arm(struct hoop_conn *conn, int send,
 
 static void ib_shutdown(struct hoop_conn *conn) {
   struct ib_conn *c = (struct ib_conn *)conn;
+  c->shut = true;
   if (c->fd >= 0)
     shutdown(c->fd, SHUT_RDWR);
+}
+
+/*
+ * A call returns once its last writes are posted, not done; the peer may
+ * still be reading them.  So an orderly close waits for them (bounded: a
+ * peer that is gone makes them fail, but only after the adapter's
+ * retries) before the memory they are read from goes away.
+ */
+static void drain(struct ib_conn *c) {
+  long long deadline = hoop__now_ms() + DRAIN_MS;
+  while (c->data_inflight + c->credit_inflight > 0 &&
+         c->broken == HOOP_SUCCESS && hoop__now_ms() < deadline)
+    if (take_completions(c) == 0)
+      sched_yield();
 }
 
 /* In reverse order of ib_connect. */
@@ -340,6 +397,8 @@ static void ib_close(struct hoop_conn *conn) {
   struct ib_conn *c = (struct ib_conn *)conn;
   if (c == NULL)
     return;
+  if (c->ep != NULL && !c->shut)
+    drain(c);
   if (c->epfd >= 0)
     close(c->epfd);
   if (c->ep != NULL) {
@@ -406,12 +465,18 @@ static hoop_result_t make_endpoint(struct ib_conn *c,
                       "%s: %s", c->ring, c->base.peer_desc, strerror(errno));
   c->data_depth = (int)slots + 2 + MAX_IOV_PER_SEND;
   int depth = c->data_depth + CREDIT_DEPTH;
+  /*
+   * A write that landed holds a receive until this rank polls, which the
+   * peer's send queue does not wait for: extra receives keep the peer
+   * from stalling on receiver-not-ready retries while this rank is busy.
+   */
+  int recv_depth = depth * RECV_PER_SEND;
   const struct hoop_rdma_port *port = setup->self_port;
   struct hoop_ib_open o = {.device = port->device,
                            .port = port->port,
                            .gid_index = port->gid_index,
                            .send_depth = depth,
-                           .recv_depth = depth};
+                           .recv_depth = recv_depth};
   char why[200];
   struct hoop_ib_ep *ep = NULL;
   int err = c->v->open(&o, &ep, local, why, sizeof why);
@@ -424,7 +489,7 @@ static hoop_result_t make_endpoint(struct ib_conn *c,
                        sizeof why);
   if (err != 0)
     return verbs_failed(c, err, why);
-  for (int i = 0; i < depth && c->broken == HOOP_SUCCESS; i++)
+  for (int i = 0; i < recv_depth && c->broken == HOOP_SUCCESS; i++)
     post_recv(c);
   return c->broken != HOOP_SUCCESS ? report(c) : HOOP_SUCCESS;
 }

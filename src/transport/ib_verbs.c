@@ -70,6 +70,7 @@ static bool name_matches(const char *name, const char *published) {
 static int open_device(const struct hoop_ib_open *o, struct hoop_ib_ep *ep,
                        char *why, size_t why_len) {
   int ndev = 0;
+  hoop__rdma_fork_safe();
   errno = 0;
   struct ibv_device **list = ibv_get_device_list(&ndev);
   if (list == NULL) {
@@ -395,6 +396,7 @@ static int verbs_poll(struct hoop_ib_ep *ep, struct hoop_ib_wc *out,
     struct hoop_ib_wc *w = &out[i];
     w->wr_id = wc[i].wr_id;
     w->ok = wc[i].status == IBV_WC_SUCCESS;
+    w->flushed = wc[i].status == IBV_WC_WR_FLUSH_ERR;
     /*
      * An error completion's opcode is undefined: only wr_id says what it
      * was.

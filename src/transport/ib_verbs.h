@@ -58,6 +58,7 @@ struct hoop_ib_mr {
 struct hoop_ib_wc {
   uint64_t wr_id;
   int ok;                /* the status was success */
+  int flushed;           /* flushed by a queue pair in error, not failed */
   int recv;              /* a receive (an incoming write with immediate) */
   uint32_t imm;          /* receives only, host order */
   uint32_t vendor_err;

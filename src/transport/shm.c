@@ -142,14 +142,20 @@ static hoop_result_t peer_gone(struct shm_conn *c, int err) {
                              : strerror(err));
 }
 
-/* Reads stale wake-ups off the socket; *closed when the peer is gone. */
-static hoop_result_t drain_wakeups(struct shm_conn *c, bool *closed) {
+/*
+ * Reads wake-ups off the socket: *woken when there were any, *closed when
+ * the peer is gone.
+ */
+static hoop_result_t drain_wakeups(struct shm_conn *c, bool *woken,
+                                   bool *closed) {
   char buf[64];
-  *closed = false;
+  *woken = *closed = false;
   for (;;) {
     ssize_t n = recv(c->fd, buf, sizeof buf, MSG_DONTWAIT);
-    if (n > 0)
+    if (n > 0) {
+      *woken = true;
       continue;
+    }
     if (n == 0) {
       *closed = true;
       return HOOP_SUCCESS;
@@ -168,9 +174,9 @@ static hoop_result_t drain_wakeups(struct shm_conn *c, bool *closed) {
 static hoop_result_t shm_arm(struct hoop_conn *conn, int send,
                              struct pollfd *pfd, bool *ready) {
   struct shm_conn *c = (struct shm_conn *)conn;
-  bool closed;
+  bool woken, closed;
   /* Drain first: a wake-up sent after the flag below must stay queued. */
-  HOOP_CHECK(drain_wakeups(c, &closed));
+  HOOP_CHECK(drain_wakeups(c, &woken, &closed));
   uint32_t *flag = send ? &c->out->writer_waiting : &c->in->reader_waiting;
   __atomic_store_n(flag, 1, __ATOMIC_SEQ_CST);
   /*
@@ -187,7 +193,13 @@ static hoop_result_t shm_arm(struct hoop_conn *conn, int send,
    * (C11 7.17.4).
    */
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
-  *ready = hoop__fifo_can_move(&c->fifo, send);
+  /*
+   * The two directions share the socket, and the engine arms a
+   * connection's send and receive link in turn: a wake-up drained here
+   * may be the other link's, whose flag its waker has already cleared.
+   * Then the engine must look again rather than sleep.
+   */
+  *ready = woken || hoop__fifo_can_move(&c->fifo, send);
   if (!*ready && closed)
     return peer_gone(c, 0);
   *pfd = (struct pollfd){.fd = c->fd, .events = POLLIN};
