@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "conn_pair.h"
 #include "fake_ib_ranks.h"
 #include "fake_verbs.h"
 #include "harness.h"
@@ -913,6 +914,45 @@ TEST(IbCollectivesChannels, TwoChannelsPerPeer) {
         allgather(log, comm, rank, n);
       },
       run);
+}
+
+// The engine arms a connection's receive link and then its send link
+// before it sleeps.  A completion that lands in between raises the event
+// the send link's arm then consumes; if that arm took the completion
+// without saying so, the rank slept on bytes it had, until poll's cap.
+TEST(IbArm, ACompletionTakenByTheOtherLinkMakesTheEngineLookAgain) {
+  hoop__ib_set_verbs(V());
+  hoop_rdma_port port{};
+  port.status = HOOP_RDMA_PORT;
+  port.port = 1;
+  port.state = HOOP_PORT_ACTIVE;
+  port.link_layer = HOOP_LINK_IB;
+  snprintf(port.device, sizeof port.device, "fake0");
+  {
+    hooptest::ConnPair pair;
+    hooptest::connect_pair(hoop__ib_transport, pair, &port);
+    ASSERT_TRUE(pair.error.empty()) << pair.error;
+    hoop_conn *a = pair.lower, *b = pair.higher;
+    // A fills the ring B does not read, so its send link has to wait.
+    std::vector<char> bytes(1 << 20, 1);
+    for (size_t sent = 1; sent > 0;) {
+      iovec iov = {bytes.data(), bytes.size()};
+      ASSERT_EQ(a->ops->send(a, &iov, 1, &sent), HOOP_SUCCESS)
+          << hoop_last_error();
+    }
+    pollfd pfd;
+    bool ready = true;
+    ASSERT_EQ(a->ops->arm(a, 0, &pfd, &ready), HOOP_SUCCESS);
+    ASSERT_FALSE(ready) << "nothing was sent to A yet";
+    iovec one = {bytes.data(), 64};
+    size_t sent = 0;
+    ASSERT_EQ(b->ops->send(b, &one, 1, &sent), HOOP_SUCCESS);
+    ASSERT_EQ(sent, 64u);
+    ASSERT_EQ(a->ops->arm(a, 1, &pfd, &ready), HOOP_SUCCESS);
+    EXPECT_TRUE(ready) << "the send link's arm took the receive link's "
+                          "completion and let the engine sleep";
+  }
+  hoop__ib_set_verbs(nullptr);
 }
 
 // A rank destroys its communicator as soon as its last call returned,

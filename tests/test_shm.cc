@@ -7,6 +7,8 @@
 // Errors.KilledRankMakesOthersFailNamingIt, which also checks /dev/shm.
 #include <dirent.h>
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -15,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "conn_pair.h"
 #include "harness.h"
 
 using hooptest::RankLog;
@@ -330,4 +333,34 @@ TEST(Shm, ManyCommunicatorsLeakNoSegmentsFdsOrMappings) {
   });
   EXPECT_TRUE(r.all_ok());
   EXPECT_TRUE(hooptest::leaked_shm_segments().empty());
+}
+
+// The engine arms a connection's receive link and then its send link
+// before it sleeps, and both directions of a shm connection share one
+// socket for wake-ups.  A wake-up for the receive link that arrives in
+// between is drained by the send link's arm; its waker has cleared the
+// flag, so no second one comes.  Arming must then say "look again":
+// once, it said "sleep", and the rank slept on data until poll's 1 s cap.
+TEST(Shm, AWakeUpDrainedByTheOtherLinkMakesTheEngineLookAgain) {
+  hooptest::ConnPair pair;
+  hooptest::connect_pair(hoop__shm_transport, pair);
+  ASSERT_TRUE(pair.error.empty()) << pair.error;
+  hoop_conn *a = pair.lower, *b = pair.higher;
+  // A fills its outgoing ring, so its send link has to wait.
+  std::vector<char> bytes(1 << 20, 1);
+  for (size_t sent = 1; sent > 0;) {
+    iovec iov = {bytes.data(), bytes.size()};
+    ASSERT_EQ(a->ops->send(a, &iov, 1, &sent), HOOP_SUCCESS);
+  }
+  pollfd pfd;
+  bool ready = true;
+  ASSERT_EQ(a->ops->arm(a, 0, &pfd, &ready), HOOP_SUCCESS);
+  ASSERT_FALSE(ready) << "nothing was sent to A yet";
+  iovec one = {bytes.data(), 64};
+  size_t sent = 0;
+  ASSERT_EQ(b->ops->send(b, &one, 1, &sent), HOOP_SUCCESS);
+  ASSERT_EQ(sent, 64u);
+  ASSERT_EQ(a->ops->arm(a, 1, &pfd, &ready), HOOP_SUCCESS);
+  EXPECT_TRUE(ready) << "the send link's arm drained the receive link's "
+                        "wake-up and let the engine sleep";
 }

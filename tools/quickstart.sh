@@ -77,7 +77,7 @@ sanitized_cases='^(tcp\.)?(Auth|Malformed|Flood|Seals|Transports|Wire|Errors'
 sanitized_cases+='|P2PErrors|Bootstrap|SocketIfname|Shm|Slots|Topology'
 sanitized_cases+='|Ranks/AllToAll|Ranks/Groups|Ranks/Blocking'
 sanitized_cases+='|FakeVerbs|Fake/IbCollectives|IbCollectives|IbTeardown'
-sanitized_cases+='|IbFailures'
+sanitized_cases+='|IbFailures|IbArm'
 sanitized_cases+='|Ranks/Collectives\.EveryDtypeOpSizeAndPlacementMatchesReference'
 sanitized_cases+='/(3ranks_smallslices_3socks|4ranks_default))'
 
