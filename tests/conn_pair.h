@@ -4,11 +4,15 @@
 // the engine of two ranks would interleave them.
 #pragma once
 
+#include <gtest/gtest.h>
+#include <poll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <string>
 #include <thread>
+#include <vector>
 
 extern "C" {
 #include "core/error.h"
@@ -70,6 +74,31 @@ inline void connect_pair(const hoop_transport_ops &ops, ConnPair &pair,
   lower.join();
   if (lower_res != HOOP_SUCCESS)
     pair.error = lower_error;
+}
+
+// The engine arms a connection's receive link and then its send link
+// before it sleeps.  Here news for the receive link (64 bytes from the
+// peer) arrives between the two, while the send link has to wait (its
+// ring is full): the send link's arm must say "ready", or the engine
+// sleeps on bytes it has until poll's cap.  Sets *ready to what it said.
+inline void arm_both_links_in_turn(const ConnPair &pair, bool *ready) {
+  hoop_conn *a = pair.lower, *b = pair.higher;
+  *ready = false;
+  std::vector<char> bytes(1 << 20, 1);
+  for (size_t sent = 1; sent > 0;) {
+    iovec iov = {bytes.data(), bytes.size()};
+    ASSERT_EQ(a->ops->send(a, &iov, 1, &sent), HOOP_SUCCESS)
+        << hoop_last_error();
+  }
+  pollfd pfd;
+  bool recv_ready = true;
+  ASSERT_EQ(a->ops->arm(a, 0, &pfd, &recv_ready), HOOP_SUCCESS);
+  ASSERT_FALSE(recv_ready) << "nothing was sent to rank 0 yet";
+  iovec one = {bytes.data(), 64};
+  size_t sent = 0;
+  ASSERT_EQ(b->ops->send(b, &one, 1, &sent), HOOP_SUCCESS);
+  ASSERT_EQ(sent, 64u);
+  ASSERT_EQ(a->ops->arm(a, 1, &pfd, ready), HOOP_SUCCESS);
 }
 
 } // namespace hooptest

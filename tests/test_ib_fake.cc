@@ -932,23 +932,8 @@ TEST(IbArm, ACompletionTakenByTheOtherLinkMakesTheEngineLookAgain) {
     hooptest::ConnPair pair;
     hooptest::connect_pair(hoop__ib_transport, pair, &port);
     ASSERT_TRUE(pair.error.empty()) << pair.error;
-    hoop_conn *a = pair.lower, *b = pair.higher;
-    // A fills the ring B does not read, so its send link has to wait.
-    std::vector<char> bytes(1 << 20, 1);
-    for (size_t sent = 1; sent > 0;) {
-      iovec iov = {bytes.data(), bytes.size()};
-      ASSERT_EQ(a->ops->send(a, &iov, 1, &sent), HOOP_SUCCESS)
-          << hoop_last_error();
-    }
-    pollfd pfd;
-    bool ready = true;
-    ASSERT_EQ(a->ops->arm(a, 0, &pfd, &ready), HOOP_SUCCESS);
-    ASSERT_FALSE(ready) << "nothing was sent to A yet";
-    iovec one = {bytes.data(), 64};
-    size_t sent = 0;
-    ASSERT_EQ(b->ops->send(b, &one, 1, &sent), HOOP_SUCCESS);
-    ASSERT_EQ(sent, 64u);
-    ASSERT_EQ(a->ops->arm(a, 1, &pfd, &ready), HOOP_SUCCESS);
+    bool ready = false;
+    hooptest::arm_both_links_in_turn(pair, &ready);
     EXPECT_TRUE(ready) << "the send link's arm took the receive link's "
                           "completion and let the engine sleep";
   }

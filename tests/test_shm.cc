@@ -7,8 +7,6 @@
 // Errors.KilledRankMakesOthersFailNamingIt, which also checks /dev/shm.
 #include <dirent.h>
 #include <gtest/gtest.h>
-#include <poll.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -345,22 +343,8 @@ TEST(Shm, AWakeUpDrainedByTheOtherLinkMakesTheEngineLookAgain) {
   hooptest::ConnPair pair;
   hooptest::connect_pair(hoop__shm_transport, pair);
   ASSERT_TRUE(pair.error.empty()) << pair.error;
-  hoop_conn *a = pair.lower, *b = pair.higher;
-  // A fills its outgoing ring, so its send link has to wait.
-  std::vector<char> bytes(1 << 20, 1);
-  for (size_t sent = 1; sent > 0;) {
-    iovec iov = {bytes.data(), bytes.size()};
-    ASSERT_EQ(a->ops->send(a, &iov, 1, &sent), HOOP_SUCCESS);
-  }
-  pollfd pfd;
-  bool ready = true;
-  ASSERT_EQ(a->ops->arm(a, 0, &pfd, &ready), HOOP_SUCCESS);
-  ASSERT_FALSE(ready) << "nothing was sent to A yet";
-  iovec one = {bytes.data(), 64};
-  size_t sent = 0;
-  ASSERT_EQ(b->ops->send(b, &one, 1, &sent), HOOP_SUCCESS);
-  ASSERT_EQ(sent, 64u);
-  ASSERT_EQ(a->ops->arm(a, 1, &pfd, &ready), HOOP_SUCCESS);
+  bool ready = false;
+  hooptest::arm_both_links_in_turn(pair, &ready);
   EXPECT_TRUE(ready) << "the send link's arm drained the receive link's "
                         "wake-up and let the engine sleep";
 }
