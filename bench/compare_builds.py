@@ -7,8 +7,11 @@ bench-method.md), each run's median time per size is kept, and per size the
 report gives each build's median over repeats and the after/before ratio
 (median and spread over repeats; below 1 is faster after), for the
 out-of-place and the in-place call of the same runs, and each build's
-out-of-place time over its in-place one. Exits non-zero
-if a run fails or reports #wrong > 0.
+out-of-place time over its in-place one. `--before-env`/`--after-env`
+add settings to one side's runs, so one build can be set against itself
+(`--after-env HOOP_YIELD_US=0`); `--load N` keeps N busy processes running
+throughout (bench/cpu_load.py), for how the builds wait on a shared
+machine. Exits non-zero if a run fails or reports #wrong > 0.
 
     /usr/bin/python3 bench/compare_builds.py --before /tmp/bold \\
         --after build --sizes 4K,64M --transports shm,tcp --repeats 5
@@ -23,6 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compare_allreduce import execute, parse_rows, parse_size, Run  # noqa: E402
+from cpu_load import busy  # noqa: E402
 
 
 def bench_argv(build, ranks, nbytes, iters, warmup):
@@ -30,6 +34,13 @@ def bench_argv(build, ranks, nbytes, iters, warmup):
     return [str(build / "tools/hoop-run"), "--no-prefix", "-n", str(ranks),
             str(build / "bench/hoop-bench"), "-b", str(nbytes), "-e",
             str(nbytes), "-n", str(iters), "-w", str(warmup)]
+
+
+def setting(text):
+    name, eq, _ = text.partition("=")
+    if not eq or not name.isidentifier():
+        raise argparse.ArgumentTypeError(f"{text!r} is not VAR=VALUE")
+    return text
 
 
 def main():
@@ -42,12 +53,25 @@ def main():
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--iters", type=int, default=50)
     p.add_argument("--warmup", type=int, default=5)
+    for side in ("before", "after"):
+        p.add_argument(f"--{side}-env", nargs="*", default=[], type=setting,
+                       metavar="VAR=VALUE")
+    p.add_argument("--load", type=int, default=0,
+                   help="busy processes beside the runs")
     a = p.parse_args()
+    with busy(a.load):
+        return compare(a)
+
+
+def compare(a):
     sizes = [parse_size(s) for s in a.sizes.split(",")]
     failed = False
-    print(f"# compare_builds: before {a.before}, after {a.after}, "
+    settings = {"before": a.before_env, "after": a.after_env}
+    print(f"# compare_builds: before {a.before} {' '.join(a.before_env)}, "
+          f"after {a.after} {' '.join(a.after_env)}, "
           f"{a.ranks} ranks, {a.repeats} repeats of A B, "
-          f"{a.iters} timed iterations per size")
+          f"{a.iters} timed iterations per size, {a.load} busy "
+          f"processes beside them")
     print("# oop/ip: each build's out-of-place time over its in-place time "
           "in the same run, median over repeats")
     print("| transport | size (B) | placement | before (us) | after (us) "
@@ -62,6 +86,7 @@ def main():
                 for label, build in (("before", a.before),
                                      ("after", a.after)):
                     argv = ["env", f"HOOP_TRANSPORT={transport}"] + \
+                        settings[label] + \
                         bench_argv(build, a.ranks, nbytes, a.iters, a.warmup)
                     rc, out, err, seconds = execute(argv, timeout=600)
                     got = {}

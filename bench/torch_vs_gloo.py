@@ -15,6 +15,9 @@
 
     /usr/bin/python3 bench/torch_vs_gloo.py --build build --repeats 3 --out FILE.md
 
+--load N keeps N busy processes running beside every run (bench/cpu_load.py):
+a machine shared with other jobs.
+
 --device cuda runs both on each rank's GPU (hoop-bench -m cuda); written
 for a GPU machine and not yet run on one.
 """
@@ -29,6 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compare_allreduce import (  # noqa: E402  (shares run and report helpers)
     Run, execute, fenced, machine_info_basic, parse_rows, parse_size)
+from cpu_load import busy  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 EXAMPLE = HERE.parent / "docs" / "examples" / "ddp_mnist.py"
@@ -51,6 +55,8 @@ def parse_args(argv):
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--timeout", type=int, default=900)
+    p.add_argument("--load", type=int, default=0,
+                   help="busy processes beside every run")
     p.add_argument("--out", type=Path, required=True)
     return p.parse_args(argv)
 
@@ -155,6 +161,11 @@ def allreduce_table(times):
 
 def main():
     a = parse_args(sys.argv[1:])
+    with busy(a.load):
+        return measure(a)
+
+
+def measure(a):
     cmdline = shlex.join([sys.executable] + sys.argv)
     runs, failures = [], []
     rates = {m: {b: [] for b in BACKENDS} for m in ("mlp", "cnn")}
@@ -191,7 +202,8 @@ def main():
     parts += machine_info_basic()
     parts += [f"- Command: `{cmdline}`",
               f"- Device: {a.device}; {RANKS} ranks, one torch thread each; "
-              f"{a.repeats} repeats, hoop and gloo interleaved",
+              f"{a.repeats} repeats, hoop and gloo interleaved; {a.load} "
+              "busy processes beside every run",
               f"- Training: {EXAMPLE.relative_to(HERE.parent)}, "
               f"{a.epochs} epochs (the first dropped), batch 64 per rank, "
               f"CNN on the first {a.cnn_limit} samples",
@@ -213,12 +225,14 @@ def main():
                   f"`{shlex.join(r.argv)}`: exit {r.rc}, {r.seconds:.1f} s, "
                   f"1-minute load average before it {r.load:.2f}",
                   "", fenced(r.stdout), ""]
+        if r.rc != 0 and r.stderr.strip():
+            parts += ["stderr:", "", fenced(r.stderr[-4000:]), ""]
     a.out.write_text("\n".join(parts))
     print(training_table(rates))
     if all(times.values()):
         print(allreduce_table(times))
-    sys.exit(1 if failures else 0)
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
