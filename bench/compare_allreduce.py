@@ -85,12 +85,19 @@ def add_transport_arg(p):
                    "hoop's and Open MPI's default shared-memory paths")
 
 
-def parse_args(argv):
+def parser_with_build(doc):
+    """The parser the scripts that launch hoop's programs start from: the
+    first line of their docstring, defaults shown, and --build."""
     p = argparse.ArgumentParser(
-        description=__doc__.splitlines()[0],
+        description=doc.splitlines()[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--build", type=Path, default=Path("build"),
                    help="hoop build directory")
+    return p
+
+
+def parse_args(argv):
+    p = parser_with_build(__doc__)
     p.add_argument("--ranks", type=parse_ranks, default="2,4",
                    help="comma-separated rank counts")
     p.add_argument("--begin", type=parse_size, default="4K",
@@ -408,19 +415,12 @@ def run_label(r):
     return f"{r.ranks} ranks, repeat {r.repeat}, {r.peer}"
 
 
-def report(a, bins, cmdline, ceil_raw, runs, table, failures,
-           what="All-reduce", label=run_label):
-    """Writes a.out: machine, command, ceilings, the summary table, the
-    failures, and every run's raw output under label(run)."""
-    over = "TCP" if a.transport == "tcp" else "shared memory"
-    parts = [f"# {what}: hoop vs Open MPI vs gloo ({over})", ""]
-    parts += machine_info(bins)
-    parts += [f"- Command: `{cmdline}`",
-              "- Method: shared/bench-method.md (barrier, one call timed on "
-              "every rank, max over ranks, median over iterations; peers "
-              "interleaved hoop, mpi, gloo per repeat)",
-              "", "## Ceilings", "", fenced(ceil_raw), "",
-              "## Summary", "", table, ""]
+def report_body(ceil_raw, table, failures, runs, label, more=lambda r: []):
+    """What a report holds after its header: the ceilings, the summary
+    table, the failures, and every run's raw output under label(run),
+    followed by more(run), the lines a script keeps of its own."""
+    parts = ["## Ceilings", "", fenced(ceil_raw), "",
+             "## Summary", "", table, ""]
     if failures:
         parts += ["## Failures", ""] + [f"- {f}" for f in failures] + [""]
     parts += ["## Raw output of every run", ""]
@@ -430,8 +430,40 @@ def report(a, bins, cmdline, ceil_raw, runs, table, failures,
                   "", fenced(r.stdout)]
         if r.stderr.strip():
             parts += ["", "stderr:", "", fenced(r.stderr)]
-        parts.append("")
+        parts += more(r) + [""]
+    return parts
+
+
+def report(a, bins, cmdline, ceil_raw, runs, table, failures,
+           what="All-reduce", label=run_label):
+    """Writes a.out: machine, command, then report_body."""
+    over = "TCP" if a.transport == "tcp" else "shared memory"
+    parts = [f"# {what}: hoop vs Open MPI vs gloo ({over})", ""]
+    parts += machine_info(bins)
+    parts += [f"- Command: `{cmdline}`",
+              "- Method: shared/bench-method.md (barrier, one call timed on "
+              "every rank, max over ranks, median over iterations; peers "
+              "interleaved hoop, mpi, gloo per repeat)", ""]
+    parts += report_body(ceil_raw, table, failures, runs, label)
     a.out.write_text("\n".join(parts))
+
+
+def failures_of(ceil_problem, runs, label=run_label):
+    """The ceilings' problem, if any, then every run's under label(run)."""
+    return [p for p in [ceil_problem] if p] + [
+        f"{label(r)}: {p}" for r in runs for p in r.problems]
+
+
+def finish(out, write_report, failures):
+    """The end of a run, once its table is printed: write_report() where
+    --out names a file, the failures on stderr, and the exit status."""
+    if out:
+        write_report()
+        print(f"\nwrote {out}", file=sys.stderr)
+    if failures:
+        print("\nFAILED:\n  " + "\n  ".join(failures), file=sys.stderr)
+        return 1
+    return 0
 
 
 def main():
@@ -448,15 +480,9 @@ def main():
     runs = run_all(a, bins)
     table = summary(a, runs, ceilings, os.cpu_count() or 1)
     print("\n" + table)
-    failures = [p for p in [ceil_problem] if p] + [
-        f"{run_label(r)}: {p}" for r in runs for p in r.problems]
-    if a.out:
-        report(a, bins, cmdline, ceil_raw, runs, table, failures)
-        print(f"\nwrote {a.out}", file=sys.stderr)
-    if failures:
-        print("\nFAILED:\n  " + "\n  ".join(failures), file=sys.stderr)
-        return 1
-    return 0
+    failures = failures_of(ceil_problem, runs)
+    return finish(a.out, lambda: report(a, bins, cmdline, ceil_raw, runs,
+                                        table, failures), failures)
 
 
 if __name__ == "__main__":

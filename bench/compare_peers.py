@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compare_allreduce import (  # noqa: E402  (shares launch and report)
     FACTOR, PEERS, Run, add_transport_arg, binaries, cell_ratio, commands,
-    execute, human, missing_tools, parse_ranks, report,
+    execute, failures_of, finish, human, missing_tools, parse_ranks, report,
     parse_rows, parse_size, per_repeat_times, run_ceilings, transport_note)
 
 COLLS = ("allreduce", "reducescatter", "allgather", "broadcast", "reduce",
@@ -196,18 +196,12 @@ def main():
     runs, missing = run_all(a, bins)
     table, cells = summary(a, runs, missing, os.cpu_count() or 1)
     print("\n" + "\n".join(table))
-    failures = [p for p in [ceil_problem] if p] + [
-        f"{run_label(r)}: {p}" for r in runs for p in r.problems]
-    if a.out:
-        report(a, bins, cmdline, ceil_raw, runs, "\n".join(table), failures,
-               what="Collectives", label=run_label)
-        print(f"\nwrote {a.out}", file=sys.stderr)
+    failures = failures_of(ceil_problem, runs, run_label)
     if a.json:
         a.json.write_text(json.dumps(cells, indent=1) + "\n")
-    if failures:
-        print("\nFAILED:\n  " + "\n  ".join(failures), file=sys.stderr)
-        return 1
-    return 0
+    return finish(a.out, lambda: report(
+        a, bins, cmdline, ceil_raw, runs, "\n".join(table), failures,
+        what="Collectives", label=run_label), failures)
 
 
 if __name__ == "__main__":

@@ -40,7 +40,6 @@ or not the target is met (the table says which).
 Standard library only.
 """
 
-import argparse
 import os
 import re
 import shlex
@@ -56,8 +55,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compare_allreduce import (  # noqa: E402
-    execute, fenced, human, machine_info_basic, parse_rows, parse_size,
-    run_ceilings, tool_line)
+    execute, failures_of, fenced, finish, human, machine_info_basic,
+    parse_rows, parse_size, parser_with_build, report_body, run_ceilings,
+    tool_line)
 
 CANNOT = 77
 SYSFS = Path("/sys/class/infiniband")
@@ -246,11 +246,7 @@ def parse_sizes(text):
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(
-        description=__doc__.splitlines()[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--build", type=Path, default=Path("build"),
-                   help="hoop build directory")
+    p = parser_with_build(__doc__)
     p.add_argument("--device", help="NAME[:PORT] (with --netns, one or "
                    "two, comma-separated); default HOOP_IB_HCA, else the "
                    "first device with an ACTIVE port")
@@ -559,23 +555,22 @@ def header(a, ports, cmdline, runs):
         "- Commands of the first repeat:"] + commands(runs)
 
 
+def run_label(r):
+    return f"repeat {r.repeat}, {human(r.size)}, {r.peer}"
+
+
+def server_output(r):
+    """ib_write_bw's server end, which ran beside the client a run names."""
+    if not r.server:
+        return []
+    argv, rc, out = r.server
+    return ["", f"server `{argv}`: exit {rc}", "", fenced(out)]
+
+
 def report(a, head, ceil_raw, runs, table, failures):
     parts = ["# hoop over RDMA verbs against ib_write_bw's line rate", ""]
-    parts += head + ["", "## Ceilings", "", fenced(ceil_raw), "",
-                     "## Summary", "", table, ""]
-    if failures:
-        parts += ["## Failures", ""] + [f"- {f}" for f in failures] + [""]
-    parts += ["## Raw output of every run", ""]
-    for r in runs:
-        parts += [f"### repeat {r.repeat}, {human(r.size)}, {r.peer}", "",
-                  f"`{shlex.join(r.argv)}`: exit {r.rc}, {r.seconds:.1f} s",
-                  "", fenced(r.stdout)]
-        if r.stderr.strip():
-            parts += ["", "stderr:", "", fenced(r.stderr)]
-        if r.server:
-            argv, rc, out = r.server
-            parts += ["", f"server `{argv}`: exit {rc}", "", fenced(out)]
-        parts.append("")
+    parts += head + [""] + report_body(ceil_raw, table, failures, runs,
+                                       run_label, server_output)
     a.out.write_text("\n".join(parts))
 
 
@@ -600,16 +595,9 @@ def main():
     head = header(a, ports, cmdline, runs)
     table = summary(a, runs, ceilings)
     print("\n" + "\n".join(head) + "\n\n" + table)
-    failures = [p for p in [ceil_problem] if p] + [
-        f"repeat {r.repeat}, {human(r.size)}, {r.peer}: {p}"
-        for r in runs for p in r.problems]
-    if a.out:
-        report(a, head, ceil_raw, runs, table, failures)
-        print(f"\nwrote {a.out}", file=sys.stderr)
-    if failures:
-        print("\nFAILED:\n  " + "\n  ".join(failures), file=sys.stderr)
-        return 1
-    return 0
+    failures = failures_of(ceil_problem, runs, run_label)
+    return finish(a.out, lambda: report(a, head, ceil_raw, runs, table,
+                                        failures), failures)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from compare_allreduce import (  # noqa: E402  (shares the report helpers)
-    execute, machine_info_basic, parse_size)
+    execute, machine_info_basic, parse_size, parser_with_build)
 
 ALGOS = ("ps", "ring", "tree")
 PREFIX = "hoopsim"
@@ -70,11 +70,7 @@ def parse_rank_range(text):
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(
-        description=__doc__.splitlines()[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--build", type=Path, default=Path("build"),
-                   help="hoop build directory")
+    p = parser_with_build(__doc__)
     p.add_argument("--ranks", type=parse_rank_range, default="2-8",
                    help="rank counts: a range 2-8 or a list 2,4,8")
     p.add_argument("--rate", default="1gbit",

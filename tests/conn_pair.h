@@ -33,8 +33,8 @@ struct ConnPair {
   }
 };
 
-// Connects rank 0 and rank 1 through `ops`; `port` (may be null) is what
-// both ranks published for RDMA.
+// Connects rank 0 and rank 1 through `ops`; `port` (may be null) is the
+// RDMA port each rank published.
 inline void connect_pair(const hoop_transport_ops &ops, ConnPair &pair,
                          const hoop_rdma_port *port = nullptr) {
   int sv[2];
@@ -51,7 +51,6 @@ inline void connect_pair(const hoop_transport_ops &ops, ConnPair &pair,
     s.slice_bytes = 256 * 1024;
     s.peer_desc = rank == 0 ? "rank 1 (the test's)" : "rank 0 (the test's)";
     s.self_port = port;
-    s.peer_port = port;
     s.open_socket = [](void *ctx, int *out) {
       *out = *(int *)ctx;
       return HOOP_SUCCESS;

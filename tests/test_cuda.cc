@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "coll_check.h"
 #include "gpu_probe.h"
 #include "harness.h"
 #include "queries.h"
@@ -348,27 +349,6 @@ INSTANTIATE_TEST_SUITE_P(
 
 // ---- Collectives on device buffers --------------------------------------
 
-enum class Coll {
-  AllReduce,
-  ReduceScatter,
-  AllGather,
-  Broadcast,
-  Reduce,
-  AllToAll
-};
-
-const char *coll_name(Coll c) {
-  switch (c) {
-  case Coll::AllReduce: return "allreduce";
-  case Coll::ReduceScatter: return "reduce_scatter";
-  case Coll::AllGather: return "allgather";
-  case Coll::Broadcast: return "broadcast";
-  case Coll::Reduce: return "reduce";
-  case Coll::AllToAll: return "alltoall";
-  }
-  return "?";
-}
-
 struct Case {
   Coll coll;
   hoop_dtype_t dtype;
@@ -410,9 +390,7 @@ bool guards_intact(RankLog &log, DeviceBuf &b, const std::string &what) {
 void run_case(RankLog &log, hoop_comm_t comm, cudaStream_t stream, int rank,
               int nranks, const Case &c) {
   size_t esz = hoop_dtype_size(c.dtype);
-  bool blocks = c.coll == Coll::ReduceScatter || c.coll == Coll::AllGather ||
-                c.coll == Coll::AllToAll;
-  size_t total = blocks ? c.count * nranks : c.count;
+  size_t total = coll_blocks(c.coll) ? c.count * nranks : c.count;
   std::string what = std::string(coll_name(c.coll)) + " " +
                      hoop_dtype_name(c.dtype) + " " + hoop_op_name(c.op) +
                      " count " + std::to_string(c.count) + " root " +
@@ -455,27 +433,8 @@ void run_case(RankLog &log, hoop_comm_t comm, cudaStream_t stream, int rank,
   // The input travels on the stream too: the collective must wait for it.
   cudaMemcpyAsync(in, host.data(), in_n * esz, cudaMemcpyHostToDevice,
                   stream);
-  hoop_result_t res = HOOP_SUCCESS;
-  switch (c.coll) {
-  case Coll::AllReduce:
-    res = hoop_allreduce(comm, in, out, c.count, c.dtype, c.op, stream);
-    break;
-  case Coll::ReduceScatter:
-    res = hoop_reduce_scatter(comm, in, out, c.count, c.dtype, c.op, stream);
-    break;
-  case Coll::AllGather:
-    res = hoop_allgather(comm, in, out, c.count, c.dtype, stream);
-    break;
-  case Coll::Broadcast:
-    res = hoop_broadcast(comm, in, out, c.count, c.dtype, c.root, stream);
-    break;
-  case Coll::Reduce:
-    res = hoop_reduce(comm, in, out, c.count, c.dtype, c.op, c.root, stream);
-    break;
-  case Coll::AllToAll:
-    res = hoop_alltoall(comm, in, out, c.count, c.dtype, stream);
-    break;
-  }
+  hoop_result_t res = call_coll(comm, c.coll, in, out, c.count, c.dtype, c.op,
+                                c.root, stream);
   if (res != HOOP_SUCCESS) {
     log.fail("%s: %s: %s", what.c_str(), hoop_result_name(res),
              hoop_comm_last_error(comm));
@@ -493,49 +452,10 @@ void run_case(RankLog &log, hoop_comm_t comm, cudaStream_t stream, int rank,
              cudaGetErrorString(e));
     return;
   }
-  hoop_result_t async = HOOP_SUCCESS;
-  hoop_comm_get_async_error(comm, &async);
-  if (async != HOOP_SUCCESS) {
-    log.fail("%s: failed after returning: %s", what.c_str(),
-             hoop_comm_last_error(comm));
+  if (!check_output(log, comm, what, got.data(),
+                    {c.coll, c.dtype, c.op, c.count, c.root, c.seed}, rank,
+                    nranks))
     return;
-  }
-  size_t bad = 0, wrong = 0;
-  switch (c.coll) {
-  case Coll::AllReduce:
-    wrong = count_wrong(got.data(), c.dtype, c.op, c.seed, nranks, 0, total,
-                        0, -1, &bad);
-    break;
-  case Coll::ReduceScatter:
-    wrong = count_wrong(got.data(), c.dtype, c.op, c.seed, nranks,
-                        rank * c.count, c.count, 0, -1, &bad);
-    break;
-  case Coll::AllGather:
-    for (int owner = 0; owner < nranks; owner++)
-      wrong += count_wrong(got.data() + owner * c.count * esz, c.dtype,
-                           HOOP_SUM, c.seed, nranks, owner * c.count,
-                           c.count, 1, owner, &bad);
-    break;
-  case Coll::Broadcast:
-    wrong = count_wrong(got.data(), c.dtype, HOOP_SUM, c.seed, nranks, 0,
-                        total, 1, c.root, &bad);
-    break;
-  case Coll::Reduce:
-    if (rank == c.root)
-      wrong = count_wrong(got.data(), c.dtype, c.op, c.seed, nranks, 0,
-                          total, 0, -1, &bad);
-    break;
-  case Coll::AllToAll:
-    // Block q came from rank q: its input's block for this rank.
-    for (int q = 0; q < nranks; q++)
-      wrong += count_wrong(got.data() + q * c.count * esz, c.dtype, HOOP_SUM,
-                           c.seed, nranks, rank * c.count, c.count, 1, q,
-                           &bad);
-    break;
-  }
-  if (wrong > 0)
-    log.fail("%s: %zu wrong elements (first at %zu)", what.c_str(), wrong,
-             bad);
   guards_intact(log, send, what);
   guards_intact(log, recv, what);
 }

@@ -23,6 +23,7 @@
 #include <tuple>
 #include <vector>
 
+#include "coll_check.h"
 #include "fake_ib_ranks.h"
 #include "gpu_probe.h"
 #include "harness.h"
@@ -35,18 +36,6 @@ extern "C" {
 using namespace hooptest;
 
 namespace {
-
-enum class Coll { AllReduce, Broadcast, AllGather, ReduceScatter };
-
-const char *coll_name(Coll c) {
-  switch (c) {
-  case Coll::AllReduce: return "allreduce";
-  case Coll::Broadcast: return "broadcast";
-  case Coll::AllGather: return "allgather";
-  case Coll::ReduceScatter: return "reduce_scatter";
-  }
-  return "?";
-}
 
 // About 3 MB of floats: more than ib's FIFO ring (8 slots of 256 KiB), and
 // divisible by neither rank count.
@@ -117,8 +106,7 @@ struct Call {
 void device_call(RankLog &log, hoop_comm_t comm, RankDevice &d, int rank,
                  int nranks, const Call &c) {
   const size_t esz = sizeof(float);
-  bool blocks = c.coll == Coll::AllGather || c.coll == Coll::ReduceScatter;
-  size_t total = blocks ? c.count * (size_t)nranks : c.count;
+  size_t total = coll_blocks(c.coll) ? c.count * (size_t)nranks : c.count;
   std::string what = std::string(coll_name(c.coll)) + " of " +
                      std::to_string(c.count) +
                      (c.in_place ? " in place" : " out of place");
@@ -128,6 +116,7 @@ void device_call(RankLog &log, hoop_comm_t comm, RankDevice &d, int rank,
   switch (c.coll) {
   case Coll::AllReduce:
   case Coll::Broadcast:
+  case Coll::Reduce:
     if (c.in_place)
       in = out;
     break;
@@ -142,6 +131,8 @@ void device_call(RankLog &log, hoop_comm_t comm, RankDevice &d, int rank,
     if (c.in_place)
       in = recv + in_first;
     break;
+  case Coll::AllToAll:
+    break;
   }
   fill_input(d.host_in, HOOP_F32, HOOP_SUM, c.seed, rank, in_first, in_n);
   if (!cuda_ok(log,
@@ -155,22 +146,8 @@ void device_call(RankLog &log, hoop_comm_t comm, RankDevice &d, int rank,
                                cudaMemcpyHostToDevice, d.stream),
                what + ": copying the input in"))
     return;
-  hoop_result_t res = HOOP_SUCCESS;
-  switch (c.coll) {
-  case Coll::AllReduce:
-    res = hoop_allreduce(comm, in, out, c.count, HOOP_F32, HOOP_SUM, d.stream);
-    break;
-  case Coll::Broadcast:
-    res = hoop_broadcast(comm, in, out, c.count, HOOP_F32, c.root, d.stream);
-    break;
-  case Coll::AllGather:
-    res = hoop_allgather(comm, in, out, c.count, HOOP_F32, d.stream);
-    break;
-  case Coll::ReduceScatter:
-    res = hoop_reduce_scatter(comm, in, out, c.count, HOOP_F32, HOOP_SUM,
-                              d.stream);
-    break;
-  }
+  hoop_result_t res = call_coll(comm, c.coll, in, out, c.count, HOOP_F32,
+                                HOOP_SUM, c.root, d.stream);
   if (res != HOOP_SUCCESS) {
     log.fail("%s: %s: %s", what.c_str(), hoop_result_name(res),
              hoop_comm_last_error(comm));
@@ -190,36 +167,10 @@ void device_call(RankLog &log, hoop_comm_t comm, RankDevice &d, int rank,
     e = cudaStreamSynchronize(d.stream);
   if (!cuda_ok(log, e, what + ": copying the result out"))
     return;
-  hoop_result_t async = HOOP_SUCCESS;
-  hoop_comm_get_async_error(comm, &async);
-  if (async != HOOP_SUCCESS) {
-    log.fail("%s: failed after returning: %s", what.c_str(),
-             hoop_comm_last_error(comm));
+  if (!check_output(log, comm, what, (const char *)d.host_out,
+                    {c.coll, HOOP_F32, HOOP_SUM, c.count, c.root, c.seed},
+                    rank, nranks))
     return;
-  }
-  size_t bad = 0, wrong = 0;
-  switch (c.coll) {
-  case Coll::AllReduce:
-    wrong = count_wrong(d.host_out, HOOP_F32, HOOP_SUM, c.seed, nranks, 0,
-                        total, 0, -1, &bad);
-    break;
-  case Coll::Broadcast:
-    wrong = count_wrong(d.host_out, HOOP_F32, HOOP_SUM, c.seed, nranks, 0,
-                        total, 1, c.root, &bad);
-    break;
-  case Coll::AllGather:
-    for (int owner = 0; owner < nranks; owner++)
-      wrong += count_wrong(d.host_out + (size_t)owner * c.count, HOOP_F32,
-                           HOOP_SUM, c.seed, nranks, (size_t)owner * c.count,
-                           c.count, 1, owner, &bad);
-    break;
-  case Coll::ReduceScatter:
-    wrong = count_wrong(d.host_out, HOOP_F32, HOOP_SUM, c.seed, nranks,
-                        (size_t)rank * c.count, c.count, 0, -1, &bad);
-    break;
-  }
-  if (wrong > 0)
-    log.fail("%s: %zu wrong elements (first at %zu)", what.c_str(), wrong, bad);
   const unsigned char *g = (const unsigned char *)d.host_guards;
   for (size_t b = 0; b < 4 * esz; b++) {
     if (g[b] != kCanary) {
@@ -242,8 +193,7 @@ void device_calls(RankLog &log, hoop_comm_t comm, int rank, int nranks,
   uint64_t seed = 1;
   for (Coll coll : colls) {
     for (size_t count : kCounts) {
-      bool blocks = coll == Coll::AllGather || coll == Coll::ReduceScatter;
-      size_t n = blocks ? block_of(count, nranks) : count;
+      size_t n = coll_blocks(coll) ? block_of(count, nranks) : count;
       for (bool in_place : {false, true}) {
         device_call(log, comm, d, rank, nranks,
                     {coll, n, in_place, (int)(seed % (uint64_t)nranks), seed});

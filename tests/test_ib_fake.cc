@@ -651,58 +651,57 @@ long first_wrong(const T *got, size_t n, const std::function<T(size_t)> &want) {
                 (size_t)(n));                                                  \
   } while (0)
 
-void allreduce_sum(RankLog &log, hoop_comm_t comm, int rank, int n) {
+// What every rank's fval(rank, i) sums to.
+float fsum(int n, size_t i) {
+  float s = 0;
+  for (int q = 0; q < n; q++)
+    s += fval(q, i);
+  return s;
+}
+
+// The largest of every rank's ival(rank, i).
+int32_t imax(int n, size_t i) {
+  int32_t m = ival(0, i);
+  for (int q = 1; q < n; q++)
+    m = std::max(m, ival(q, i));
+  return m;
+}
+
+// All-reduce with `op` (named `op_name`) at every count, in place and
+// not: each rank gives val(rank, i), and every rank must get want(n, i).
+template <typename T>
+void allreduce_each_count(RankLog &log, hoop_comm_t comm, int rank, int n,
+                          hoop_dtype_t dtype, hoop_op_t op, const char *op_name,
+                          T (*val)(int, size_t), T (*want)(int, size_t)) {
   for (size_t count : kCounts) {
     for (bool in_place : {false, true}) {
-      std::vector<float> send(count);
-      hooptest::Guarded recv(count, sizeof(float));
-      float *out = (float *)recv.data();
-      float *in = in_place ? out : send.data();
+      std::vector<T> send(count);
+      hooptest::Guarded recv(count, sizeof(T));
+      T *out = (T *)recv.data();
+      T *in = in_place ? out : send.data();
       for (size_t i = 0; i < count; i++)
-        in[i] = fval(rank, i);
-      RANK_EXPECT_OK(
-          log, comm,
-          hoop_allreduce(comm, in, out, count, HOOP_F32, HOOP_SUM, nullptr));
-      std::string what = "allreduce sum of " + std::to_string(count) +
-                         (in_place ? " in place" : "");
-      EXPECT_ALL(log, what.c_str(), out, count,
-                 std::function<float(size_t)>([n](size_t i) {
-                   float s = 0;
-                   for (int q = 0; q < n; q++)
-                     s += fval(q, i);
-                   return s;
-                 }));
+        in[i] = val(rank, i);
+      RANK_EXPECT_OK(log, comm,
+                     hoop_allreduce(comm, in, out, count, dtype, op, nullptr));
+      std::string what = std::string("allreduce ") + op_name + " of " +
+                         std::to_string(count) + (in_place ? " in place" : "");
+      EXPECT_ALL(
+          log, what.c_str(), out, count,
+          std::function<T(size_t)>([n, want](size_t i) { return want(n, i); }));
       RANK_EXPECT(log, recv.guards_intact(), "%s wrote out of bounds",
                   what.c_str());
     }
   }
 }
 
+void allreduce_sum(RankLog &log, hoop_comm_t comm, int rank, int n) {
+  allreduce_each_count(log, comm, rank, n, HOOP_F32, HOOP_SUM, "sum", fval,
+                       fsum);
+}
+
 void allreduce_max(RankLog &log, hoop_comm_t comm, int rank, int n) {
-  for (size_t count : kCounts) {
-    for (bool in_place : {false, true}) {
-      std::vector<int32_t> send(count);
-      hooptest::Guarded recv(count, sizeof(int32_t));
-      int32_t *out = (int32_t *)recv.data();
-      int32_t *in = in_place ? out : send.data();
-      for (size_t i = 0; i < count; i++)
-        in[i] = ival(rank, i);
-      RANK_EXPECT_OK(
-          log, comm,
-          hoop_allreduce(comm, in, out, count, HOOP_I32, HOOP_MAX, nullptr));
-      std::string what = "allreduce max of " + std::to_string(count) +
-                         (in_place ? " in place" : "");
-      EXPECT_ALL(log, what.c_str(), out, count,
-                 std::function<int32_t(size_t)>([n](size_t i) {
-                   int32_t m = ival(0, i);
-                   for (int q = 1; q < n; q++)
-                     m = std::max(m, ival(q, i));
-                   return m;
-                 }));
-      RANK_EXPECT(log, recv.guards_intact(), "%s wrote out of bounds",
-                  what.c_str());
-    }
-  }
+  allreduce_each_count(log, comm, rank, n, HOOP_I32, HOOP_MAX, "max", ival,
+                       imax);
 }
 
 void broadcast(RankLog &log, hoop_comm_t comm, int rank, int n) {
@@ -745,12 +744,8 @@ void reduce_scatter(RankLog &log, hoop_comm_t comm, int rank, int n) {
                          (in_place ? " in place" : "");
       size_t base = (size_t)rank * block;
       EXPECT_ALL(log, what.c_str(), out, block,
-                 std::function<float(size_t)>([n, base](size_t i) {
-                   float s = 0;
-                   for (int q = 0; q < n; q++)
-                     s += fval(q, base + i);
-                   return s;
-                 }));
+                 std::function<float(size_t)>(
+                     [n, base](size_t i) { return fsum(n, base + i); }));
       RANK_EXPECT(log, send.guards_intact() && recv.guards_intact(),
                   "%s wrote out of bounds", what.c_str());
     }

@@ -394,7 +394,6 @@ hoop_result_t hoop__comm_conn(struct hoop_comm *comm, int peer, int channel,
         .sockbuf_bytes = comm->sockbuf_bytes,
         .peer_desc = hoop__peer_desc(comm, peer, desc, sizeof desc),
         .self_port = &comm->peers[comm->rank].rdma,
-        .peer_port = &comm->peers[peer].rdma,
         .open_socket = open_socket,
         .ctx = &ctx,
     };

@@ -41,9 +41,11 @@ struct hoop_conn_setup {
   size_t slice_bytes;    /* the most one engine op moves (HOOP_SLICE_BYTES) */
   size_t sockbuf_bytes;  /* SO_SNDBUF/SO_RCVBUF; 0 leaves the kernel's */
   const char *peer_desc; /* "rank 3 (10.0.0.2:41234, host node7, pid 12)" */
-  /* The RDMA ports both ranks published, for ib. */
+  /*
+   * The RDMA port this rank published, which ib opens; the peer's address
+   * comes in the connection information the two swap, not from here.
+   */
   const struct hoop_rdma_port *self_port;
-  const struct hoop_rdma_port *peer_port;
   /*
    * Opens the TCP socket to the peer for this channel, handshaken and
    * blocking, by the deadline: the lower rank dials and the higher
