@@ -18,6 +18,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <sstream>
 #include <string>
@@ -88,6 +89,30 @@ inline void set_test_token() {
   unsetenv("HOOP_AUTH_TOKEN_FILE");
   unsetenv("HOOP_AUTH");
 }
+
+// Sets an environment variable for the ranks a test forks, until the end
+// of the scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char *name, const char *value) : name_(name) {
+    const char *old = getenv(name);
+    had_ = old != nullptr;
+    if (had_)
+      old_ = old;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had_)
+      setenv(name_, old_.c_str(), 1);
+    else
+      unsetenv(name_);
+  }
+
+ private:
+  const char *name_;
+  bool had_;
+  std::string old_;
+};
 
 const unsigned char kCanary = 0xA5;
 

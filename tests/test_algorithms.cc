@@ -277,8 +277,10 @@ INSTANTIATE_TEST_SUITE_P(Algos, LargeAllReduce,
 // Ranks may differ in placement.  A large out-of-place ring all-reduce
 // sums its last reduce-scatter step in the outbox and copies it out (AVG
 // divides in the slot first) while its in-place neighbours sum in recv;
-// the wire must not tell them apart.
+// the wire must not tell them apart.  (HOOP_COLD_BYTES makes the call
+// large on any machine's cache.)
 TEST(MixedPlacement, LargeRingAllReduceAvgOddRanksOutOfPlace) {
+  ScopedEnv cold("HOOP_COLD_BYTES", "1M");
   RunOptions opt;
   opt.timeout_s = 240;
   RunResult r = run_ranks(

@@ -790,14 +790,37 @@ TEST(Bootstrap, AlgorithmSettingReadsBack) {
   EXPECT_TRUE(r.all_ok()) << describe(r);
 }
 
+// The largest data cache of cpu0 as sysfs lists it, 0 if none is listed:
+// the default size from which calls bypass the caches is half of it over
+// the ranks on this machine.
+size_t sysfs_last_level_cache() {
+  size_t best = 0;
+  for (int i = 0;; i++) {
+    std::string dir =
+        "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i);
+    std::ifstream type_file(dir + "/type"), size_file(dir + "/size");
+    std::string type, size;
+    if (!(type_file >> type))
+      return best;
+    if (type == "Instruction" || !(size_file >> size))
+      continue;
+    size_t value = std::stoul(size);
+    char unit = size.back();
+    value <<= unit == 'K' ? 10 : unit == 'M' ? 20 : unit == 'G' ? 30 : 0;
+    best = std::max(best, value);
+  }
+}
+
 // Rank 0's INFO banner: one line with hoop's version, the transports to
-// peers on its host and on others, where device buffers will go, and the
-// algorithm setting with where it came from.  Other ranks print none, and
-// below INFO nobody does.
+// peers on its host and on others, where device buffers will go, the
+// algorithm setting with where it came from, and from what size calls
+// bypass the caches, and why.  Other ranks print none, and below INFO
+// nobody does.
 TEST(Banner, RankZeroSaysVersionTransportsAndAlgorithm) {
   const std::string head =
       std::string("INFO hoop ") + HOOP_VERSION_STRING + ": communicator ";
-  Output out = run_shell(job("HOOP_DEBUG=INFO HOOP_ALGO=tree", 3));
+  Output out =
+      run_shell(job("HOOP_DEBUG=INFO HOOP_ALGO=tree HOOP_COLD_BYTES=3M", 3));
   ASSERT_EQ(out.status, 0) << out.text;
   ASSERT_EQ(count_of(out.text, head), 1u) << out.text;
   std::string line = out.text.substr(out.text.find(head));
@@ -809,7 +832,8 @@ TEST(Banner, RankZeroSaysVersionTransportsAndAlgorithm) {
        {", 3 ranks; transports from rank 0: this host shm x2, other hosts "
         "none; device buffers: ",
         HOOP_HAVE_CUDA ? "cuda_ipc, or staged" : "none (built without CUDA)",
-        "; algorithm tree (HOOP_ALGO); listening on 127.0.0.1:"})
+        "; algorithm tree (HOOP_ALGO); calls from 3145728 bytes bypass the "
+        "caches (HOOP_COLD_BYTES); listening on 127.0.0.1:"})
     EXPECT_NE(line.find(part), std::string::npos) << part << "\n" << line;
 
   out = run_shell(job("HOOP_DEBUG=INFO HOOP_TRANSPORT=tcp", 2));
@@ -823,6 +847,14 @@ TEST(Banner, RankZeroSaysVersionTransportsAndAlgorithm) {
                        : "device buffers: none (built without CUDA)",
         "algorithm auto (default)"})
     EXPECT_NE(line.find(part), std::string::npos) << part << "\n" << line;
+  size_t llc = sysfs_last_level_cache();
+  std::string cold =
+      llc > 0 ? "calls from " + std::to_string(llc / 4) +
+                    " bytes bypass the caches (the last-level cache over "
+                    "twice this machine's ranks)"
+              : std::string("calls from 4194304 bytes bypass the caches "
+                            "(cache size unknown)");
+  EXPECT_NE(line.find(cold), std::string::npos) << cold << "\n" << line;
 
   out = run_shell(job("HOOP_DEBUG=WARN", 2));
   ASSERT_EQ(out.status, 0) << out.text;

@@ -19,6 +19,7 @@
 #include "harness.h"
 
 using hooptest::RankLog;
+using hooptest::ScopedEnv;
 using hooptest::RunResult;
 using hooptest::run_ranks;
 using hooptest::run_shell;
@@ -57,29 +58,6 @@ int count_shm_mappings() {
     n += line.find("/dev/shm/hoop-") != std::string::npos;
   return n;
 }
-
-// Sets an environment variable for the ranks this test forks.
-class ScopedEnv {
- public:
-  ScopedEnv(const char *name, const char *value) : name_(name) {
-    const char *old = getenv(name);
-    had_ = old != nullptr;
-    if (had_)
-      old_ = old;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had_)
-      setenv(name_, old_.c_str(), 1);
-    else
-      unsetenv(name_);
-  }
-
- private:
-  const char *name_;
-  bool had_;
-  std::string old_;
-};
 
 // A communicator over the same ranks as `comm`, made through it.
 hoop_comm_t split_new(RankLog &log, hoop_comm_t comm, int rank, int nranks) {
@@ -250,14 +228,16 @@ TEST(Shm, StreamsStayAlignedAcrossOddMessagesAndWraps) {
   EXPECT_TRUE(r.all_ok());
 }
 
-// Calls from HOOP_COLD_BYTES (4 MiB) on are received with non-temporal
-// stores: every byte must still land, whatever the destination's alignment
+// Calls from HOOP_COLD_BYTES on (set here: by default it follows the
+// machine's cache) are received with non-temporal stores: every byte must
+// still land, whatever the destination's alignment
 // (the stores need 16 bytes, so the head and tail go through memcpy) and
 // however the slots cut the stream: 256 KiB slots, and two 4 KiB ones,
 // whose pieces end at odd places as the ring wraps.
 class ShmRing : public ::testing::TestWithParam<const char *> {};
 
 TEST_P(ShmRing, LargeCallsLandWhole) {
+  ScopedEnv cold("HOOP_COLD_BYTES", "1M");
   ScopedEnv slot("HOOP_SHM_SLOT_BYTES", GetParam());
   ScopedEnv slots("HOOP_SHM_SLOTS", strcmp(GetParam(), "4096") == 0 ? "2"
                                                                    : "8");

@@ -153,10 +153,14 @@ static hoop_result_t build_ring(struct hoop_plan *plan,
   /*
    * A sum written straight into an out-of-place recv too large for the
    * caches first reads each line of it in (in place, the local operand
-   * just brought it in): it goes to the outbox instead, and on to recv
-   * around the caches.
+   * just brought it in): over shm it goes to the outbox instead, and on
+   * to recv around the caches.  Over TCP the extra pass costs more than
+   * the reads it saves, where the kernel's copies take the core: 4-64 MiB
+   * out of place took 0.89-0.90 of the time without it, on 2 ranks
+   * (bench/results/2026-11-24-cold-threshold.md).
    */
-  int final_via_outbox = allreduce && plan->cold && c->send != c->recv;
+  int final_via_outbox =
+      allreduce && plan->cold && c->send != c->recv && comm->host_shm;
   size_t slots = hoop__ring_outbox_slots(c->coll, n, depth,
                                          final_via_outbox);
   char *outbox = NULL;
@@ -276,7 +280,7 @@ static hoop_result_t build_plan(struct hoop_comm *comm,
   struct hoop_plan *plan = *out = &cache->plans[slot];
   hoop__plan_free(plan);
   hoop__plan_init(plan, comm, c->dtype, c->op);
-  plan->cold = c->bytes >= HOOP_COLD_BYTES;
+  plan->cold = c->bytes >= comm->cold_bytes;
   plan->header = (struct hoop_wire_header){
       .magic = HOOP_WIRE_MAGIC,
       .version = HOOP_WIRE_VERSION,

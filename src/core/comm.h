@@ -83,6 +83,8 @@ struct hoop_comm {
   int host_shm;          /* ... and this rank reaches all of them by shm */
   int *host_index;       /* [nranks], numbered at creation (topology.c) */
   int host_cores;        /* online cores of this host */
+  size_t cold_bytes;     /* calls from this size bypass the caches */
+  const char *cold_source; /* why that size (static text) */
 
   /*
    * What another thread may read while this communicator's calls run (a

@@ -1,6 +1,6 @@
 /*
  * Copying into memory that will not be read again before it leaves the
- * caches: the result of a call too large for them (HOOP_COLD_BYTES).
+ * caches: the result of a call too large for them (comm->cold_bytes).
  */
 #ifndef HOOP_COPY_H
 #define HOOP_COPY_H

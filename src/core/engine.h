@@ -133,20 +133,6 @@ struct hoop_plan_key {
 static_assert(sizeof(struct hoop_plan_key) == 56,
                "no padding, so keys compare with memcmp");
 
-/*
- * From this many bytes per call, data received into the caller's buffer
- * is written around the caches (where the transport copies it, and a
- * ring's out-of-place sums, through copy_to): a call
- * this large evicts most of its own output before it is read again (a
- * ring that forwards a received slice reads it back from memory instead
- * of cache, and still gains), and writing through the cache first reads
- * every line in.  Over shm on this 2-core machine (32 MiB L3), 64 MiB
- * float sum against Open MPI in the same runs: 4 ranks 2.61x -> 3.04-3.21x,
- * 2 ranks 3.21x -> 3.66-3.75x (bench/results/2026-11-23-allreduce-shm-64m-
- * shm-model.md, -cold-copy.md, -cold-copy-rerun.md).
- */
-#define HOOP_COLD_BYTES ((size_t)4 << 20)
-
 struct hoop_plan {
   struct hoop_comm *comm;
   struct hoop_plan_key key;
@@ -159,7 +145,7 @@ struct hoop_plan {
   int nops, ops_cap;
   struct hoop_link *links;
   int nlinks, links_cap;
-  int cold; /* received data goes past the caches (see HOOP_COLD_BYTES) */
+  int cold; /* received data goes past the caches (comm->cold_bytes) */
   struct pollfd *pollfds; /* room for every link and the listening socket */
   /*
    * This run: the receiving links whose peer has not sent its header yet

@@ -175,8 +175,8 @@ static const char *device_path_expected(const struct hoop_comm *comm) {
 /*
  * Rank 0's INFO banner, the one line a bug report needs first: hoop's
  * version, the transports to peers on rank 0's host and on other hosts,
- * where device buffers will go, the algorithm setting and where rank 0
- * listens.
+ * where device buffers will go, the algorithm setting, the size from
+ * which calls bypass the caches and where rank 0 listens.
  */
 void hoop__comm_log_banner(const struct hoop_comm *comm) {
   char here[64], away[64], astr[HOOP_ADDR_STRLEN], where[160];
@@ -191,14 +191,80 @@ void hoop__comm_log_banner(const struct hoop_comm *comm) {
     snprintf(where, sizeof where, "%s", astr);
   HOOP_INFO("hoop %s: communicator %016llx, %d rank%s; transports from "
             "rank %d: this host %s, other hosts %s%s%s%s; device buffers: "
-            "%s; algorithm %s (%s); listening on %s",
+            "%s; algorithm %s (%s); calls from %zu bytes bypass the caches "
+            "(%s); listening on %s",
             hoop_version_string(), (unsigned long long)comm->comm_id,
             comm->nranks, comm->nranks == 1 ? "" : "s", comm->rank, here,
             away,
             forced != NULL ? " (HOOP_TRANSPORT=" : "",
             forced != NULL ? forced : "", forced != NULL ? ")" : "",
             device_path_expected(comm), hoop_algo_name(comm->algo),
-            comm->algo_source, where);
+            comm->algo_source, comm->cold_bytes, comm->cold_source, where);
+}
+
+/*
+ * The largest data cache of cpu0 as sysfs describes it ("32768K"), 0 if
+ * it cannot be read.  Not sysconf(_SC_LEVEL3_CACHE_SIZE): in this VM that
+ * says 320 MiB where sysfs says 32 MiB, shared by both cores.
+ */
+static size_t last_level_cache_bytes(void) {
+  size_t best = 0;
+  for (int i = 0; i < 8; i++) {
+    char path[80], type[32] = "", unit = 'B';
+    unsigned long long size = 0;
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d",
+             i);
+    size_t end = strlen(path);
+    snprintf(path + end, sizeof path - end, "/type");
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+      break;
+    int ok = fscanf(f, "%31s", type) == 1;
+    fclose(f);
+    if (!ok || strcmp(type, "Instruction") == 0)
+      continue;
+    snprintf(path + end, sizeof path - end, "/size");
+    if ((f = fopen(path, "r")) == NULL)
+      continue;
+    ok = fscanf(f, "%llu%c", &size, &unit) >= 1;
+    fclose(f);
+    if (!ok)
+      continue;
+    size <<= unit == 'K' ? 10 : unit == 'M' ? 20 : unit == 'G' ? 30 : 0;
+    if (size > best)
+      best = (size_t)size;
+  }
+  return best;
+}
+
+/*
+ * From how many bytes a call's received data and out-of-place sums go
+ * around the caches (hoop__copy_cold).  That pays once what the ranks on
+ * this machine touch in a call, input and output each, no longer fits in
+ * the cache they share: it then evicts most of its own output before it
+ * is read again (a ring that forwards a received slice reads it back from
+ * memory instead of cache, and still gains), and a plain store reads each
+ * line in first: 64 MiB float sums over shm against Open MPI went from
+ * 2.61x to 3.04-3.21x on 4 ranks and 3.21x to 3.66-3.75x on 2
+ * (bench/results/2026-11-23-allreduce-shm-64m-cold-copy.md).  Before that
+ * size it costs: on 2 ranks sharing 32 MiB, a 4 MiB all-reduce took
+ * 0.57-0.68 of the time with plain stores
+ * (bench/results/2026-11-24-cold-threshold.md).  Where the cache size is
+ * unknown, from 4 MiB.
+ */
+static void learn_cold_bytes(struct hoop_comm *comm, int sharing) {
+  int64_t set = hoop__param_cold_bytes();
+  size_t llc = last_level_cache_bytes();
+  if (set > 0) {
+    comm->cold_bytes = (size_t)set;
+    comm->cold_source = "HOOP_COLD_BYTES";
+  } else if (llc > 0) {
+    comm->cold_bytes = llc / (2 * (size_t)(sharing > 0 ? sharing : 1));
+    comm->cold_source = "the last-level cache over twice this machine's ranks";
+  } else {
+    comm->cold_bytes = (size_t)4 << 20;
+    comm->cold_source = "cache size unknown";
+  }
 }
 
 /* The longest yield window when this machine's ranks outnumber its cores. */
@@ -226,6 +292,7 @@ void hoop__comm_learn_host(struct hoop_comm *comm) {
     if (i != comm->rank &&
         hoop__transport_pick(me, &comm->peers[i]) != &hoop__shm_transport)
       comm->host_shm = 0;
+  learn_cold_bytes(comm, sharing);
   int crowded = sharing > comm->host_cores;
   comm->spin_ns = crowded ? 0 : (long long)hoop__param_spin_us() * 1000;
   /*
