@@ -158,12 +158,67 @@ WorkPtr HoopBackend::start(const std::shared_ptr<Lane>& lane, OpType type,
   // hoop queues a collective on device memory on the stream and returns;
   // its sends and receives return once the data has moved, so those run
   // on their lane's thread like host calls.
+  if (lane == main_)
+    collectives_++;
+  {
+    std::lock_guard<std::mutex> guard(coalescing_mutex_);
+    if (coalescing_)
+      coalesced_.push_back(work);
+  }
   if (stream.on_device() && lane == main_)
     lane->run_here(work);
   else
     lane->submit(work);
   return work;
 }
+
+#if HOOP_TORCH_AT_LEAST(2, 1)
+namespace {
+
+// The Work of the calls made while coalescing: complete when all of them
+// are; waiting waits for each, and throws what the first that failed
+// threw.
+class CoalescedWork : public c10d::Work {
+ public:
+  CoalescedWork(int rank, std::vector<WorkPtr> works)
+      : c10d::Work(rank, OpType::UNKNOWN), works_(std::move(works)) {}
+
+  bool isCompleted() override {
+    return std::all_of(works_.begin(), works_.end(),
+                       [](const WorkPtr& w) { return w->isCompleted(); });
+  }
+  bool wait(std::chrono::milliseconds timeout) override {
+    for (const WorkPtr& w : works_)
+      w->wait(timeout);
+    return true;
+  }
+  void synchronize() override {
+    for (const WorkPtr& w : works_)
+      w->synchronize();
+  }
+
+ private:
+  std::vector<WorkPtr> works_;
+};
+
+}  // namespace
+
+void HoopBackend::startCoalescing() {
+  std::lock_guard<std::mutex> guard(coalescing_mutex_);
+  coalescing_ = true;
+  coalesced_.clear();
+}
+
+WorkPtr HoopBackend::endCoalescing() {
+  std::vector<WorkPtr> works;
+  {
+    std::lock_guard<std::mutex> guard(coalescing_mutex_);
+    coalescing_ = false;
+    works.swap(coalesced_);
+  }
+  return c10::make_intrusive<CoalescedWork>(getRank(), std::move(works));
+}
+#endif
 
 std::shared_ptr<Lane> HoopBackend::p2p_lane(int from, int to) {
   std::lock_guard<std::mutex> lock(p2p_mutex_);

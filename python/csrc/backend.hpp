@@ -11,10 +11,12 @@
 // wait on each other.
 #pragma once
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <utility>
+#include <vector>
 
 #include "lane.hpp"
 
@@ -80,6 +82,20 @@ class HoopBackend : public BackendBase {
   c10::intrusive_ptr<c10d::Work> barrier(
       const c10d::BarrierOptions& opts) override;
 
+  // The collectives this group has started, the same on every rank while
+  // they agree: TORCH_DISTRIBUTED_DEBUG=DETAIL compares it across ranks
+  // (PyTorch 2.x wraps third-party backends for that, too).
+  void setSequenceNumberForGroup() override {}
+  uint64_t getSequenceNumberForGroup() override { return collectives_; }
+
+#if HOOP_TORCH_AT_LEAST(2, 1)
+  // Between the two, each call's Work is also kept, and endCoalescing
+  // returns one Work for them all, which torch.distributed hands back in
+  // their place: batch_isend_irecv on CUDA tensors, _coalescing_manager.
+  void startCoalescing() override;
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override;
+#endif
+
   // The collectives' communicator, for the queries (counters, topology).
   hoop_comm_t comm() const { return main_->comm(); }
 
@@ -100,6 +116,10 @@ class HoopBackend : public BackendBase {
   std::shared_ptr<Lane> main_;
   std::mutex p2p_mutex_;
   std::map<std::pair<int, int>, std::shared_ptr<Lane>> p2p_;
+  std::atomic<uint64_t> collectives_{0};
+  std::mutex coalescing_mutex_;
+  bool coalescing_ = false;
+  std::vector<c10::intrusive_ptr<c10d::Work>> coalesced_;
 };
 
 }  // namespace hoop_torch

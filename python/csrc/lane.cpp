@@ -38,7 +38,11 @@ bool HoopWork::wait(std::chrono::milliseconds timeout) {
   // A lane that is gone ran everything queued on it first.
   if (std::shared_ptr<Lane> lane = lane_.lock())
     lane->wait(this, timeout);
-  return c10d::Work::wait(timeout);
+  bool done = c10d::Work::wait(timeout);
+  // As with NCCL, the stream current at wait() (maybe not the call's)
+  // waits for the call's device work, which is queued, not done.
+  synchronize();
+  return done;
 }
 
 void HoopWork::synchronize() { stream_.block_current(); }

@@ -48,6 +48,9 @@ def _backend_of(group):
     if isinstance(pg, ProcessGroupHoop):
         return pg
     backend = pg._get_backend(torch.device("cpu"))
+    # TORCH_DISTRIBUTED_DEBUG=DETAIL puts a checking wrapper around it.
+    while hasattr(backend, "wrapped_pg"):
+        backend = backend.wrapped_pg
     if not isinstance(backend, ProcessGroupHoop):
         raise ValueError(f"{pg} is not a process group of the hoop backend")
     return backend

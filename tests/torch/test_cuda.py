@@ -72,6 +72,20 @@ def case_side_stream(c, dev):
     c.same("all_reduce cuda on a side stream", got, c.gloo_reduce(x, R.SUM))
 
 
+def case_wait_on_another_stream(c, dev):
+    """wait() orders the stream current then after the call's, as NCCL's
+    Work does: the result is read on a stream the call was not made on."""
+    x = make((300_007,), torch.float32, c.rank, "cuda-wait-stream")
+    t = on_gpu(x, dev)
+    work = dist.all_reduce(t, async_op=True)
+    side = torch.cuda.Stream(device=dev)
+    with torch.cuda.stream(side):
+        work.wait()
+        got = (t * 1).cpu()
+    c.same("all_reduce cuda, waited on a side stream", got,
+           c.gloo_reduce(x, R.SUM))
+
+
 def case_async(c, dev):
     xs = [make((50_000 + i,), torch.float32, c.rank, "cuda-async", i)
           for i in range(3)]
@@ -125,6 +139,22 @@ def case_movement(c, dev):
             z = torch.zeros(1001, dtype=torch.float64, device=dev)
             dist.recv(z, 0)
             c.moved("send/recv cuda", z.cpu(), y)
+    if n > 1:
+        # From PyTorch 2.1 these go through the backend's start/end
+        # coalescing, whose one Work stands for all four.
+        nxt, prv = (r + 1) % n, (r - 1) % n
+        x = on_gpu(make((4099,), torch.float32, r, "cuda-batch"), dev)
+        got_prev = torch.zeros(4099, dtype=torch.float32, device=dev)
+        got_next = torch.zeros(4099, dtype=torch.float32, device=dev)
+        ops = [dist.P2POp(dist.isend, x, nxt), dist.P2POp(dist.isend, x, prv),
+               dist.P2POp(dist.irecv, got_prev, prv),
+               dist.P2POp(dist.irecv, got_next, nxt)]
+        for w in dist.batch_isend_irecv(ops):
+            w.wait()
+        c.moved("batch_isend_irecv cuda from previous", got_prev.cpu(),
+                make((4099,), torch.float32, prv, "cuda-batch"))
+        c.moved("batch_isend_irecv cuda from next", got_next.cpu(),
+                make((4099,), torch.float32, nxt, "cuda-batch"))
 
 
 def ddp_params(group, dev, rank):
@@ -152,8 +182,8 @@ def case_ddp(c, dev):
         c.same(f"DDP on cuda, parameter {i}", g, w)
 
 
-CASES = [case_allreduce, case_side_stream, case_async, case_movement,
-         case_ddp]
+CASES = [case_allreduce, case_side_stream, case_wait_on_another_stream,
+         case_async, case_movement, case_ddp]
 
 
 def rank_main(rank, n, gloo):

@@ -382,6 +382,24 @@ def case_barrier_and_errors(c):
            torch.full((4,), float(c.n)))
 
 
+def case_sequence_number(c):
+    """The collectives a group has started, which TORCH_DISTRIBUTED_DEBUG=
+    DETAIL compares across ranks: one more per call, the same everywhere."""
+    import hoop_torch
+    pg = hoop_torch._backend_of(None)
+    before = pg._get_sequence_number_for_group()
+    dist.all_reduce(torch.ones(2))
+    dist.barrier()
+    after = pg._get_sequence_number_for_group()
+    if after != before + 2:
+        c.failures.append(f"sequence number {before} -> {after} over two "
+                          "collectives")
+    seen = [None] * c.n
+    dist.all_gather_object(seen, after, group=c.gloo)
+    if len(set(seen)) != 1:
+        c.failures.append(f"sequence numbers differ across ranks: {seen}")
+
+
 def case_p2p(c):
     """Sends and receives: each rank to the next, both directions at once
     (every rank sends first), sync pairs and batch_isend_irecv."""
@@ -424,7 +442,8 @@ def case_p2p(c):
 CASES = [case_allreduce, case_premul_sum, case_allreduce_coalesced,
          case_broadcast, case_reduce, case_allgather,
          case_allgather_into_tensor, case_reduce_scatter, case_alltoall,
-         case_gather_scatter, case_async_overlap, case_barrier_and_errors]
+         case_gather_scatter, case_async_overlap, case_barrier_and_errors,
+         case_sequence_number]
 
 
 def rank_main(rank, n, gloo):
