@@ -254,11 +254,13 @@ static size_t last_level_cache_bytes(void) {
  */
 static void learn_cold_bytes(struct hoop_comm *comm, int sharing) {
   int64_t set = hoop__param_cold_bytes();
-  size_t llc = last_level_cache_bytes();
   if (set > 0) {
     comm->cold_bytes = (size_t)set;
     comm->cold_source = "HOOP_COLD_BYTES";
-  } else if (llc > 0) {
+    return;
+  }
+  size_t llc = last_level_cache_bytes();
+  if (llc > 0) {
     comm->cold_bytes = llc / (2 * (size_t)(sharing > 0 ? sharing : 1));
     comm->cold_source = "the last-level cache over twice this machine's ranks";
   } else {
