@@ -2,8 +2,8 @@
 """The same all-reduce from two builds of hoop, before and after a change.
 
 A refactor must leave speed alone; this shows it. For each transport and
-repeat the two builds' hoop-bench run back to back (A B A B, shared/
-bench-method.md), each run's median time per size is kept, and per size the
+repeat the two builds' hoop-bench run back to back, which goes first
+alternating (A B B A, shared/bench-method.md), each run's median time per size is kept, and per size the
 report gives each build's median over repeats and the after/before ratio
 (median and spread over repeats; below 1 is faster after), for the
 out-of-place and the in-place call of the same runs, and each build's
@@ -25,7 +25,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare_allreduce import execute, parse_rows, parse_size, Run  # noqa: E402
+from compare_allreduce import (  # noqa: E402
+    execute, parse_rows, parse_size, rotate, Run)
 from cpu_load import busy  # noqa: E402
 
 
@@ -69,7 +70,7 @@ def compare(a):
     settings = {"before": a.before_env, "after": a.after_env}
     print(f"# compare_builds: before {a.before} {' '.join(a.before_env)}, "
           f"after {a.after} {' '.join(a.after_env)}, "
-          f"{a.ranks} ranks, {a.repeats} repeats of A B, "
+          f"{a.ranks} ranks, {a.repeats} repeats of A B or B A, "
           f"{a.iters} timed iterations per size, {a.load} busy "
           f"processes beside them")
     print("# oop/ip: each build's out-of-place time over its in-place time "
@@ -83,8 +84,8 @@ def compare(a):
             times = {(label, ip): [] for label in ("before", "after")
                      for ip in (False, True)}
             for rep in range(a.repeats):
-                for label, build in (("before", a.before),
-                                     ("after", a.after)):
+                for label, build in rotate([("before", a.before),
+                                            ("after", a.after)], rep):
                     argv = ["env", f"HOOP_TRANSPORT={transport}"] + \
                         settings[label] + \
                         bench_argv(build, a.ranks, nbytes, a.iters, a.warmup)

@@ -30,7 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compare_allreduce import (  # noqa: E402  (shares launch and report)
     FACTOR, PEERS, Run, add_transport_arg, binaries, cell_ratio, commands,
     execute, failures_of, finish, human, missing_tools, parse_ranks, report,
-    parse_rows, parse_size, per_repeat_times, run_ceilings, transport_note)
+    parse_rows, parse_size, per_repeat_times, rotate, run_ceilings,
+    transport_note)
 
 COLLS = ("allreduce", "reducescatter", "allgather", "broadcast", "reduce",
          "alltoall")
@@ -98,7 +99,7 @@ def run_all(a, bins):
         for ranks in a.ranks:
             argvs = commands(a, bins, ranks)
             for rep in range(1, a.repeats + 1):
-                for peer in PEERS:
+                for peer in rotate(list(PEERS), rep - 1):
                     if (coll, ranks, peer) in missing:
                         continue
                     run = Run(peer, ranks, rep, argvs[peer] + ["-C", coll])

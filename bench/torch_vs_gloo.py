@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compare_allreduce import (  # noqa: E402  (shares run and report helpers)
-    Run, execute, fenced, machine_info_basic, parse_rows, parse_size)
+    Run, execute, fenced, machine_info_basic, parse_rows, parse_size, rotate)
 from cpu_load import busy  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -104,11 +104,6 @@ def allreduce_commands(a):
     return {"hoop-bench": bench + sweep_args(a),
             "torch hoop": torch + ["--backend", "hoop"] + sweep_args(a),
             "torch gloo": torch + ["--backend", "gloo"] + sweep_args(a)}
-
-
-def rotate(items, k):
-    k %= len(items)
-    return items[k:] + items[:k]
 
 
 def spread(values, fmt):
