@@ -51,6 +51,18 @@ void expect_sum(RankLog &log, hoop_comm_t comm, int rank, int nranks) {
               (long long)v);
 }
 
+// The rest of a rank once its init (`what`) returned `res`: the all-reduce
+// on `comm` when it joined, the reason when it did not.
+void sum_if_joined(RankLog &log, const char *what, hoop_result_t res,
+                   hoop_comm_t comm, int rank, int nranks) {
+  if (res != HOOP_SUCCESS) {
+    log.fail("%s: %s: %s", what, hoop_result_name(res), hoop_last_error());
+    return;
+  }
+  expect_sum(log, comm, rank, nranks);
+  hoop_comm_destroy(comm);
+}
+
 // Connects to `addr` (a rendezvous or data listener), retrying while
 // nobody listens yet; -1 when nobody does within 10 s, or when a listener
 // that no longer accepts leaves the connection hanging for 2 s.
@@ -202,12 +214,7 @@ pid_t fork_rank(const hoop_unique_id_t &id, int rank, int nranks) {
   cfg.timeout_ms = 10000;
   hoop_comm_t comm;
   hoop_result_t res = hoop_comm_init_rank(&comm, nranks, &id, rank, &cfg);
-  if (res != HOOP_SUCCESS) {
-    fprintf(stderr, "[rank %d] init: %s\n", rank, hoop_last_error());
-    _exit(3);
-  }
-  expect_sum(log, comm, rank, nranks);
-  hoop_comm_destroy(comm);
+  sum_if_joined(log, "init", res, comm, rank, nranks);
   _exit(log.ok() ? 0 : 1);
 }
 
@@ -430,12 +437,7 @@ TEST(Malformed, HelloWithUnterminatedHostNameIsRefused) {
         cfg.timeout_ms = 20000;
         hoop_comm_t comm;
         hoop_result_t res = hoop_comm_init_rank(&comm, nranks, &id, rank, &cfg);
-        if (res != HOOP_SUCCESS) {
-          log.fail("init: %s: %s", hoop_result_name(res), hoop_last_error());
-          return;
-        }
-        expect_sum(log, comm, rank, nranks);
-        hoop_comm_destroy(comm);
+        sum_if_joined(log, "init", res, comm, rank, nranks);
       },
       opt);
   EXPECT_TRUE(r.all_ok()) << describe(r);
@@ -547,12 +549,7 @@ TEST(Auth, ProcessWithAnotherSecretCannotJoinAsARank) {
           }
           return;
         }
-        if (res != HOOP_SUCCESS) {
-          log.fail("init: %s: %s", hoop_result_name(res), hoop_last_error());
-          return;
-        }
-        expect_sum(log, comm, rank, nranks);
-        hoop_comm_destroy(comm);
+        sum_if_joined(log, "init", res, comm, rank, nranks);
       },
       opt);
   EXPECT_TRUE(r.all_ok()) << describe(r);
@@ -684,12 +681,7 @@ TEST(Auth, JobWithoutSecretIsRefusedUnlessAuthIsOff) {
         unsetenv("HOOP_AUTH_TOKEN");
         setenv("HOOP_AUTH", "off", 1);
         res = hoop_comm_init_env(&comm, nullptr);
-        if (res != HOOP_SUCCESS) {
-          log.fail("HOOP_AUTH=off: %s", hoop_last_error());
-          return;
-        }
-        expect_sum(log, comm, rank, nranks);
-        hoop_comm_destroy(comm);
+        sum_if_joined(log, "HOOP_AUTH=off", res, comm, rank, nranks);
       },
       opt);
   EXPECT_TRUE(r.all_ok()) << describe(r);
