@@ -153,6 +153,29 @@ inline RunResult run_ranks(int nranks, const RankFn &fn,
       opt.timeout_s);
 }
 
+// Runs fn in one forked process that makes its communicators itself: for
+// tests that set what hoop reads before it reads it, or that use a
+// communicator after its end.
+inline RunResult run_alone(const std::function<void(RankLog &log)> &fn,
+                           int timeout_s = 120) {
+  RunOptions opt;
+  opt.init = false;
+  opt.timeout_s = timeout_s;
+  return run_ranks(
+      1, [&fn](RankLog &log, hoop_comm_t, int, int) { fn(log); }, opt);
+}
+
+// Inside a rank: a communicator of this process alone (nullptr, the
+// failure in log, when none could be made).
+inline hoop_comm_t comm_alone(RankLog &log) {
+  hoop_unique_id_t id;
+  hoop_comm_t comm = nullptr;
+  RANK_EXPECT_OK(log, nullptr, hoop_get_unique_id(&id));
+  RANK_EXPECT_OK(log, nullptr,
+                 hoop_comm_init_rank(&comm, 1, &id, 0, nullptr));
+  return comm;
+}
+
 // Runs probe in a forked child and returns what it returned, or why the
 // child failed.  For questions whose asking would change this process: a
 // parent that initialised CUDA could not fork ranks that use it.

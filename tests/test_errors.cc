@@ -132,32 +132,23 @@ TEST(Errors, StreamNeedsCuda) {
 }
 
 TEST(Errors, DestroyedOrNullCommunicatorIsRejected) {
-  RunOptions opt;
-  opt.init = false;
-  RunResult r = run_ranks(
-      1,
-      [](RankLog &log, hoop_comm_t, int, int) {
-        hoop_unique_id_t id;
-        hoop_comm_t comm;
-        RANK_EXPECT_OK(log, nullptr, hoop_get_unique_id(&id));
-        RANK_EXPECT_OK(log, nullptr,
-                       hoop_comm_init_rank(&comm, 1, &id, 0, nullptr));
-        RANK_EXPECT_OK(log, nullptr, hoop_comm_destroy(comm));
-        float x = 1;
-        hoop_result_t res =
-            hoop_allreduce(comm, &x, &x, 1, HOOP_F32, HOOP_SUM, nullptr);
-        RANK_EXPECT(log, res == HOOP_ERR_INVALID_USAGE, "after destroy: %s",
-                    hoop_result_name(res));
-        RANK_EXPECT(log, strstr(hoop_last_error(), "not live") != nullptr,
-                    "message: %s", hoop_last_error());
-        res = hoop_comm_destroy(comm);
-        RANK_EXPECT(log, res == HOOP_ERR_INVALID_USAGE, "double destroy: %s",
-                    hoop_result_name(res));
-        res = hoop_allreduce(nullptr, &x, &x, 1, HOOP_F32, HOOP_SUM, nullptr);
-        RANK_EXPECT(log, res == HOOP_ERR_INVALID_ARGUMENT, "NULL comm: %s",
-                    hoop_result_name(res));
-      },
-      opt);
+  RunResult r = run_alone([](RankLog &log) {
+    hoop_comm_t comm = comm_alone(log);
+    RANK_EXPECT_OK(log, nullptr, hoop_comm_destroy(comm));
+    float x = 1;
+    hoop_result_t res =
+        hoop_allreduce(comm, &x, &x, 1, HOOP_F32, HOOP_SUM, nullptr);
+    RANK_EXPECT(log, res == HOOP_ERR_INVALID_USAGE, "after destroy: %s",
+                hoop_result_name(res));
+    RANK_EXPECT(log, strstr(hoop_last_error(), "not live") != nullptr,
+                "message: %s", hoop_last_error());
+    res = hoop_comm_destroy(comm);
+    RANK_EXPECT(log, res == HOOP_ERR_INVALID_USAGE, "double destroy: %s",
+                hoop_result_name(res));
+    res = hoop_allreduce(nullptr, &x, &x, 1, HOOP_F32, HOOP_SUM, nullptr);
+    RANK_EXPECT(log, res == HOOP_ERR_INVALID_ARGUMENT, "NULL comm: %s",
+                hoop_result_name(res));
+  });
   EXPECT_TRUE(r.all_ok()) << describe(r);
 }
 

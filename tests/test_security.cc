@@ -704,31 +704,26 @@ TEST(Auth, TokenFileMustBeReadableByItsOwnerAlone) {
   std::string token = std::string(kTestToken) + "\n";
   ASSERT_EQ(write(fd, token.data(), token.size()), (ssize_t)token.size());
   close(fd);
-  RunOptions opt;
-  opt.init = false;
-  RunResult r = run_ranks(
-      1,
-      [&path](RankLog &log, hoop_comm_t, int, int) {
-        setenv("HOOP_RANK", "0", 1);
-        setenv("HOOP_WORLD_SIZE", "1", 1);
-        setenv("HOOP_ROOT_ADDR",
-               ("127.0.0.1:" + std::to_string(free_port())).c_str(), 1);
-        unsetenv("HOOP_AUTH_TOKEN");
-        unsetenv("HOOP_AUTH");
-        setenv("HOOP_AUTH_TOKEN_FILE", path, 1);
-        hoop_comm_t comm;
-        chmod(path, 0644);
-        hoop_result_t res = hoop_comm_init_env(&comm, nullptr);
-        RANK_EXPECT(log, res == HOOP_ERR_INVALID_ARGUMENT,
-                    "a file others may read: %s", hoop_result_name(res));
-        chmod(path, 0600);
-        res = hoop_comm_init_env(&comm, nullptr);
-        RANK_EXPECT(log, res == HOOP_SUCCESS, "mode 600: %s",
-                    hoop_last_error());
-        if (res == HOOP_SUCCESS)
-          hoop_comm_destroy(comm);
-      },
-      opt);
+  RunResult r = run_alone([&path](RankLog &log) {
+    setenv("HOOP_RANK", "0", 1);
+    setenv("HOOP_WORLD_SIZE", "1", 1);
+    setenv("HOOP_ROOT_ADDR",
+           ("127.0.0.1:" + std::to_string(free_port())).c_str(), 1);
+    unsetenv("HOOP_AUTH_TOKEN");
+    unsetenv("HOOP_AUTH");
+    setenv("HOOP_AUTH_TOKEN_FILE", path, 1);
+    hoop_comm_t comm;
+    chmod(path, 0644);
+    hoop_result_t res = hoop_comm_init_env(&comm, nullptr);
+    RANK_EXPECT(log, res == HOOP_ERR_INVALID_ARGUMENT,
+                "a file others may read: %s", hoop_result_name(res));
+    chmod(path, 0600);
+    res = hoop_comm_init_env(&comm, nullptr);
+    RANK_EXPECT(log, res == HOOP_SUCCESS, "mode 600: %s",
+                hoop_last_error());
+    if (res == HOOP_SUCCESS)
+      hoop_comm_destroy(comm);
+  });
   unlink(path);
   EXPECT_TRUE(r.all_ok()) << describe(r);
 }
