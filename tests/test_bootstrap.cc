@@ -66,6 +66,14 @@ void clear_launcher_env() {
   set_test_token();
 }
 
+// Open MPI's variables as mpirun sets them for `rank` of `n` in the job
+// named `job`, which give no address: the ranks meet through an id file.
+void set_open_mpi_env(int rank, int n, const std::string &job) {
+  setenv("OMPI_COMM_WORLD_RANK", std::to_string(rank).c_str(), 1);
+  setenv("OMPI_COMM_WORLD_SIZE", std::to_string(n).c_str(), 1);
+  setenv("PMIX_NAMESPACE", job.c_str(), 1);
+}
+
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() -
                                        start)
@@ -118,9 +126,7 @@ TEST(Bootstrap, InitEnvFromTorchrunVariables) {
 
 TEST(Bootstrap, InitEnvFromOpenMpiVariablesWithoutAddress) {
   init_env_case(3, [](int rank, int n, int port) {
-    setenv("OMPI_COMM_WORLD_RANK", std::to_string(rank).c_str(), 1);
-    setenv("OMPI_COMM_WORLD_SIZE", std::to_string(n).c_str(), 1);
-    setenv("PMIX_NAMESPACE", ("hooptest" + std::to_string(port)).c_str(), 1);
+    set_open_mpi_env(rank, n, "hooptest" + std::to_string(port));
   });
 }
 
@@ -162,10 +168,7 @@ TEST(Bootstrap, SecondInitEnvDoesNotReadTheFirstOnesIdFile) {
       [&dir, port](RankLog &log, hoop_comm_t, int rank, int n) {
         clear_launcher_env();
         setenv("TMPDIR", dir.c_str(), 1);
-        setenv("OMPI_COMM_WORLD_RANK", std::to_string(rank).c_str(), 1);
-        setenv("OMPI_COMM_WORLD_SIZE", std::to_string(n).c_str(), 1);
-        setenv("PMIX_NAMESPACE", ("hooptest" + std::to_string(port)).c_str(),
-               1);
+        set_open_mpi_env(rank, n, "hooptest" + std::to_string(port));
         hoop_config_t cfg = HOOP_CONFIG_INIT;
         cfg.timeout_ms = 5000;
         std::atomic<bool> formed{false};
@@ -632,10 +635,7 @@ TEST(SocketIfname, BadSettingStopsRanksWaitingForTheIdFile) {
       2,
       [port, &cfg](RankLog &log, hoop_comm_t, int rank, int n) {
         clear_launcher_env();
-        setenv("OMPI_COMM_WORLD_RANK", std::to_string(rank).c_str(), 1);
-        setenv("OMPI_COMM_WORLD_SIZE", std::to_string(n).c_str(), 1);
-        setenv("PMIX_NAMESPACE", ("hoopif" + std::to_string(port)).c_str(),
-               1);
+        set_open_mpi_env(rank, n, "hoopif" + std::to_string(port));
         setenv("HOOP_SOCKET_IFNAME", "hoop-none", 1);
         hoop_comm_t comm;
         hoop_result_t res = hoop_comm_init_env(&comm, &cfg);
@@ -669,10 +669,7 @@ TEST(SocketIfname, ConfigFieldOverridesTheVariableUnderInitEnv) {
       2,
       [port, &cfg](RankLog &log, hoop_comm_t, int rank, int n) {
         clear_launcher_env();
-        setenv("OMPI_COMM_WORLD_RANK", std::to_string(rank).c_str(), 1);
-        setenv("OMPI_COMM_WORLD_SIZE", std::to_string(n).c_str(), 1);
-        setenv("PMIX_NAMESPACE", ("hoopcf" + std::to_string(port)).c_str(),
-               1);
+        set_open_mpi_env(rank, n, "hoopcf" + std::to_string(port));
         setenv("HOOP_SOCKET_IFNAME", "hoop-none", 1);
         setenv("HOOP_DEBUG", "INFO", 1);
         hoop__log_level_init();
