@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdarg>
 #include <cstdio>
 #include <functional>
@@ -50,6 +51,7 @@ class RankLog {
 struct RunResult {
   std::vector<int> exit_codes; // 128 + signal for a killed rank, -1 timeout
   bool timed_out = false;
+  double seconds = 0; // from the first fork until the last rank ended
   bool all_ok() const {
     for (int c : exit_codes)
       if (c != 0)
@@ -74,6 +76,7 @@ inline RunResult fork_ranks(int nranks,
   RunResult result;
   fflush(stdout);
   fflush(stderr);
+  auto start = std::chrono::steady_clock::now();
   std::vector<pid_t> pids;
   for (int r = 0; r < nranks; r++) {
     pid_t pid = fork();
@@ -115,6 +118,9 @@ inline RunResult fork_ranks(int nranks,
       }
     }
   }
+  result.seconds = std::chrono::duration<double>(
+                       std::chrono::steady_clock::now() - start)
+                       .count();
   return result;
 }
 
