@@ -7,14 +7,12 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdarg>
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
@@ -24,38 +22,10 @@
 #include <string>
 #include <vector>
 
+#include "fork_ranks.h"
 #include "hoop.h"
 
 namespace hooptest {
-
-// Inside a rank: records a failure message; the rank then exits non-zero.
-class RankLog {
- public:
-  explicit RankLog(int rank) : rank_(rank) {}
-  bool ok() const { return failures_ == 0; }
-  void fail(const char *fmt, ...) __attribute__((format(printf, 2, 3))) {
-    char buf[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    if (failures_++ < 10)
-      fprintf(stderr, "[rank %d] %s\n", rank_, buf);
-  }
-  int rank() const { return rank_; }
-
- private:
-  int rank_;
-  int failures_ = 0;
-};
-
-#define RANK_EXPECT(log, cond, ...)                                          \
-  do {                                                                       \
-    if (!(cond)) {                                                           \
-      (log).fail("%s:%d: expected %s", __FILE__, __LINE__, #cond);           \
-      (log).fail(__VA_ARGS__);                                               \
-    }                                                                        \
-  } while (0)
 
 #define RANK_EXPECT_OK(log, comm, call)                                      \
   do {                                                                       \
@@ -150,17 +120,6 @@ struct RunOptions {
   bool init = true; // false: fn gets comm == nullptr and makes its own
 };
 
-struct RunResult {
-  std::vector<int> exit_codes; // 128 + signal for a killed rank, -1 timeout
-  bool timed_out = false;
-  bool all_ok() const {
-    for (int c : exit_codes)
-      if (c != 0)
-        return false;
-    return !timed_out;
-  }
-};
-
 // Forks nranks processes that share a fresh unique id; returns their exit
 // codes.  A rank whose fn reported no failure exits 0.
 inline RunResult run_ranks(int nranks, const RankFn &fn,
@@ -172,63 +131,49 @@ inline RunResult run_ranks(int nranks, const RankFn &fn,
     result.exit_codes.assign((size_t)nranks, 99);
     return result;
   }
-  fflush(stdout);
-  fflush(stderr);
-  std::vector<pid_t> pids;
-  for (int r = 0; r < nranks; r++) {
-    pid_t pid = fork();
-    if (pid == 0) {
-      RankLog log(r);
-      hoop_comm_t comm = nullptr;
-      if (opt.init) {
-        hoop_result_t res = hoop_comm_init_rank(&comm, nranks, &id, r,
-                                                opt.config);
-        if (res != HOOP_SUCCESS) {
-          fprintf(stderr, "[rank %d] init failed: %s: %s\n", r,
-                  hoop_result_name(res), hoop_last_error());
-          _exit(3);
+  return fork_ranks(
+      nranks,
+      [&](int r) {
+        RankLog log(r);
+        hoop_comm_t comm = nullptr;
+        if (opt.init) {
+          hoop_result_t res =
+              hoop_comm_init_rank(&comm, nranks, &id, r, opt.config);
+          if (res != HOOP_SUCCESS) {
+            fprintf(stderr, "[rank %d] init failed: %s: %s\n", r,
+                    hoop_result_name(res), hoop_last_error());
+            return 3;
+          }
         }
-      }
-      fn(log, comm, r, nranks);
-      if (comm != nullptr)
-        hoop_comm_destroy(comm);
-      fflush(stdout);
-      fflush(stderr);
-      _exit(log.ok() ? 0 : 1);
-    }
-    pids.push_back(pid);
-  }
-  result.exit_codes.assign((size_t)nranks, -1);
-  int left = nranks;
-  long waited_ms = 0;
-  while (left > 0 && waited_ms < opt.timeout_s * 1000L) {
-    int status;
-    pid_t pid = waitpid(-1, &status, WNOHANG);
-    if (pid <= 0) {
-      poll(nullptr, 0, 5);
-      waited_ms += 5;
-      continue;
-    }
-    for (int r = 0; r < nranks; r++) {
-      if (pids[(size_t)r] != pid)
-        continue;
-      result.exit_codes[(size_t)r] = WIFEXITED(status)
-                                         ? WEXITSTATUS(status)
-                                         : 128 + WTERMSIG(status);
-      pids[(size_t)r] = -1;
-      left--;
-    }
-  }
-  if (left > 0) {
-    result.timed_out = true;
-    for (pid_t pid : pids) {
-      if (pid > 0) {
-        kill(pid, SIGKILL);
-        waitpid(pid, nullptr, 0);
-      }
-    }
-  }
-  return result;
+        fn(log, comm, r, nranks);
+        if (comm != nullptr)
+          hoop_comm_destroy(comm);
+        return log.ok() ? 0 : 1;
+      },
+      opt.timeout_s);
+}
+
+// Runs fn in one forked process that makes its communicators itself: for
+// tests that set what hoop reads before it reads it, or that use a
+// communicator after its end.
+inline RunResult run_alone(const std::function<void(RankLog &log)> &fn,
+                           int timeout_s = 120) {
+  RunOptions opt;
+  opt.init = false;
+  opt.timeout_s = timeout_s;
+  return run_ranks(
+      1, [&fn](RankLog &log, hoop_comm_t, int, int) { fn(log); }, opt);
+}
+
+// Inside a rank: a communicator of this process alone (nullptr, the
+// failure in log, when none could be made).
+inline hoop_comm_t comm_alone(RankLog &log) {
+  hoop_unique_id_t id;
+  hoop_comm_t comm = nullptr;
+  RANK_EXPECT_OK(log, nullptr, hoop_get_unique_id(&id));
+  RANK_EXPECT_OK(log, nullptr,
+                 hoop_comm_init_rank(&comm, 1, &id, 0, nullptr));
+  return comm;
 }
 
 // Runs probe in a forked child and returns what it returned, or why the
@@ -318,13 +263,6 @@ inline std::vector<std::vector<std::string>> bench_rows(
       rows.push_back(f);
   }
   return rows;
-}
-
-inline std::string describe(const RunResult &r) {
-  std::string s = r.timed_out ? "timed out; exit codes:" : "exit codes:";
-  for (int c : r.exit_codes)
-    s += " " + std::to_string(c);
-  return s;
 }
 
 } // namespace hooptest

@@ -66,6 +66,14 @@ void clear_launcher_env() {
   set_test_token();
 }
 
+// Open MPI's variables as mpirun sets them for `rank` of `n` in the job
+// named `job`, which give no address: the ranks meet through an id file.
+void set_open_mpi_env(int rank, int n, const std::string &job) {
+  setenv("OMPI_COMM_WORLD_RANK", std::to_string(rank).c_str(), 1);
+  setenv("OMPI_COMM_WORLD_SIZE", std::to_string(n).c_str(), 1);
+  setenv("PMIX_NAMESPACE", job.c_str(), 1);
+}
+
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() -
                                        start)
@@ -118,9 +126,7 @@ TEST(Bootstrap, InitEnvFromTorchrunVariables) {
 
 TEST(Bootstrap, InitEnvFromOpenMpiVariablesWithoutAddress) {
   init_env_case(3, [](int rank, int n, int port) {
-    setenv("OMPI_COMM_WORLD_RANK", std::to_string(rank).c_str(), 1);
-    setenv("OMPI_COMM_WORLD_SIZE", std::to_string(n).c_str(), 1);
-    setenv("PMIX_NAMESPACE", ("hooptest" + std::to_string(port)).c_str(), 1);
+    set_open_mpi_env(rank, n, "hooptest" + std::to_string(port));
   });
 }
 
@@ -162,10 +168,7 @@ TEST(Bootstrap, SecondInitEnvDoesNotReadTheFirstOnesIdFile) {
       [&dir, port](RankLog &log, hoop_comm_t, int rank, int n) {
         clear_launcher_env();
         setenv("TMPDIR", dir.c_str(), 1);
-        setenv("OMPI_COMM_WORLD_RANK", std::to_string(rank).c_str(), 1);
-        setenv("OMPI_COMM_WORLD_SIZE", std::to_string(n).c_str(), 1);
-        setenv("PMIX_NAMESPACE", ("hooptest" + std::to_string(port)).c_str(),
-               1);
+        set_open_mpi_env(rank, n, "hooptest" + std::to_string(port));
         hoop_config_t cfg = HOOP_CONFIG_INIT;
         cfg.timeout_ms = 5000;
         std::atomic<bool> formed{false};
@@ -250,73 +253,63 @@ TEST(Bootstrap, InitEnvFromSlurmVariables) {
 // there without srun fails at once, saying so, instead of waiting the whole
 // timeout for ranks that will never come.  A one-task job is whole.
 TEST(Bootstrap, InitEnvInASlurmBatchScriptWithoutSrunFailsAtOnce) {
-  RunOptions opt;
-  opt.init = false;
-  RunResult r = run_ranks(
-      1,
-      [](RankLog &log, hoop_comm_t, int, int) {
-        clear_launcher_env();
-        setenv("SLURM_PROCID", "0", 1);
-        setenv("SLURM_NTASKS", "2", 1);
-        setenv("SLURM_JOB_ID", std::to_string(free_port()).c_str(), 1);
-        setenv("SLURM_LOCALID", "0", 1);
-        setenv("SLURM_NODEID", "0", 1);
-        setenv("ENVIRONMENT", "BATCH", 1);
-        hoop_config_t cfg = HOOP_CONFIG_INIT;
-        cfg.timeout_ms = 20000;
-        hoop_comm_t comm;
-        auto start = std::chrono::steady_clock::now();
-        hoop_result_t res = hoop_comm_init_env(&comm, &cfg);
-        double secs = seconds_since(start);
-        RANK_EXPECT(log, res == HOOP_ERR_INVALID_USAGE, "got %s: %s",
-                    hoop_result_name(res), hoop_last_error());
-        RANK_EXPECT(log, secs < 2.0, "took %.2f s", secs);
-        const char *msg = hoop_last_error();
-        RANK_EXPECT(log,
-                    strstr(msg, "SLURM_NTASKS=2, but only one process of "
-                                "the job started; launch with srun") !=
-                        nullptr,
-                    "message: %s", msg);
-        setenv("SLURM_NTASKS", "1", 1);
-        res = hoop_comm_init_env(&comm, &cfg);
-        RANK_EXPECT(log, res == HOOP_SUCCESS, "one task: %s: %s",
-                    hoop_result_name(res), hoop_last_error());
-        if (res == HOOP_SUCCESS) {
-          expect_working(log, comm, 0, 1);
-          hoop_comm_destroy(comm);
-        }
-      },
-      opt);
+  RunResult r = run_alone([](RankLog &log) {
+    clear_launcher_env();
+    setenv("SLURM_PROCID", "0", 1);
+    setenv("SLURM_NTASKS", "2", 1);
+    setenv("SLURM_JOB_ID", std::to_string(free_port()).c_str(), 1);
+    setenv("SLURM_LOCALID", "0", 1);
+    setenv("SLURM_NODEID", "0", 1);
+    setenv("ENVIRONMENT", "BATCH", 1);
+    hoop_config_t cfg = HOOP_CONFIG_INIT;
+    cfg.timeout_ms = 20000;
+    hoop_comm_t comm;
+    auto start = std::chrono::steady_clock::now();
+    hoop_result_t res = hoop_comm_init_env(&comm, &cfg);
+    double secs = seconds_since(start);
+    RANK_EXPECT(log, res == HOOP_ERR_INVALID_USAGE, "got %s: %s",
+                hoop_result_name(res), hoop_last_error());
+    RANK_EXPECT(log, secs < 2.0, "took %.2f s", secs);
+    const char *msg = hoop_last_error();
+    RANK_EXPECT(log,
+                strstr(msg, "SLURM_NTASKS=2, but only one process of "
+                            "the job started; launch with srun") !=
+                    nullptr,
+                "message: %s", msg);
+    setenv("SLURM_NTASKS", "1", 1);
+    res = hoop_comm_init_env(&comm, &cfg);
+    RANK_EXPECT(log, res == HOOP_SUCCESS, "one task: %s: %s",
+                hoop_result_name(res), hoop_last_error());
+    if (res == HOOP_SUCCESS) {
+      expect_working(log, comm, 0, 1);
+      hoop_comm_destroy(comm);
+    }
+  });
   EXPECT_TRUE(r.all_ok()) << describe(r);
 }
 
 TEST(Bootstrap, InitEnvWithoutVariablesSaysWhatIsMissing) {
-  RunOptions opt;
-  opt.init = false;
-  RunResult r = run_ranks(
-      1,
-      [](RankLog &log, hoop_comm_t, int, int) {
-        clear_launcher_env();
-        hoop_comm_t comm;
-        hoop_result_t res = hoop_comm_init_env(&comm, nullptr);
-        RANK_EXPECT(log, res == HOOP_ERR_INVALID_ARGUMENT, "got %s",
-                    hoop_result_name(res));
-        RANK_EXPECT(log, strstr(hoop_last_error(), "HOOP_RANK") != nullptr,
-                    "message: %s", hoop_last_error());
-        setenv("HOOP_RANK", "5", 1);
-        setenv("HOOP_WORLD_SIZE", "2", 1);
-        res = hoop_comm_init_env(&comm, nullptr);
-        RANK_EXPECT(log, res == HOOP_ERR_INVALID_ARGUMENT,
-                    "rank >= size: %s", hoop_result_name(res));
-        setenv("HOOP_RANK", "0", 1);
-        res = hoop_comm_init_env(&comm, nullptr);
-        RANK_EXPECT(log, res == HOOP_ERR_INVALID_ARGUMENT,
-                    "no address: %s", hoop_result_name(res));
-        RANK_EXPECT(log,
-                    strstr(hoop_last_error(), "HOOP_ROOT_ADDR") != nullptr,
-                    "message: %s", hoop_last_error());
-      },
-      opt);
+  RunResult r = run_alone([](RankLog &log) {
+    clear_launcher_env();
+    hoop_comm_t comm;
+    hoop_result_t res = hoop_comm_init_env(&comm, nullptr);
+    RANK_EXPECT(log, res == HOOP_ERR_INVALID_ARGUMENT, "got %s",
+                hoop_result_name(res));
+    RANK_EXPECT(log, strstr(hoop_last_error(), "HOOP_RANK") != nullptr,
+                "message: %s", hoop_last_error());
+    setenv("HOOP_RANK", "5", 1);
+    setenv("HOOP_WORLD_SIZE", "2", 1);
+    res = hoop_comm_init_env(&comm, nullptr);
+    RANK_EXPECT(log, res == HOOP_ERR_INVALID_ARGUMENT,
+                "rank >= size: %s", hoop_result_name(res));
+    setenv("HOOP_RANK", "0", 1);
+    res = hoop_comm_init_env(&comm, nullptr);
+    RANK_EXPECT(log, res == HOOP_ERR_INVALID_ARGUMENT,
+                "no address: %s", hoop_result_name(res));
+    RANK_EXPECT(log,
+                strstr(hoop_last_error(), "HOOP_ROOT_ADDR") != nullptr,
+                "message: %s", hoop_last_error());
+  });
   EXPECT_TRUE(r.all_ok()) << describe(r);
 }
 
@@ -381,7 +374,6 @@ TEST(Bootstrap, MissingRankTimesOutNamingIt) {
   opt.init = false;
   hoop_config_t cfg = HOOP_CONFIG_INIT;
   cfg.timeout_ms = 1500;
-  auto start = std::chrono::steady_clock::now();
   RunResult r = run_ranks(
       2,
       [&id, &cfg](RankLog &log, hoop_comm_t, int rank, int) {
@@ -396,9 +388,8 @@ TEST(Bootstrap, MissingRankTimesOutNamingIt) {
                       "message: %s", hoop_last_error());
       },
       opt);
-  double secs = seconds_since(start);
   EXPECT_TRUE(r.all_ok()) << describe(r);
-  EXPECT_LT(secs, 6.0);
+  EXPECT_LT(r.seconds, 6.0);
 }
 
 // Connects to 127.0.0.1:port, retrying while nobody listens yet; -1 when
@@ -473,26 +464,17 @@ TEST(Bootstrap, SilentConnectionsDoNotStallTheRendezvous) {
 }
 
 TEST(Bootstrap, ManyCommunicatorsCreatedAndDestroyed) {
-  RunOptions opt;
-  opt.init = false;
-  RunResult r = run_ranks(
-      1,
-      [](RankLog &log, hoop_comm_t, int, int) {
-        for (int i = 0; i < 200; i++) {
-          hoop_unique_id_t id;
-          hoop_comm_t comm;
-          RANK_EXPECT_OK(log, nullptr, hoop_get_unique_id(&id));
-          RANK_EXPECT_OK(log, nullptr,
-                         hoop_comm_init_rank(&comm, 1, &id, 0, nullptr));
-          RANK_EXPECT_OK(log, nullptr, hoop_comm_destroy(comm));
-        }
-        // Nothing leaked: the process has its usual handful of fds.
-        int open_fds = 0;
-        for (int fd = 0; fd < 1024; fd++)
-          open_fds += fcntl(fd, F_GETFD) != -1;
-        RANK_EXPECT(log, open_fds < 20, "%d fds open", open_fds);
-      },
-      opt);
+  RunResult r = run_alone([](RankLog &log) {
+    for (int i = 0; i < 200; i++) {
+      hoop_comm_t comm = comm_alone(log);
+      RANK_EXPECT_OK(log, nullptr, hoop_comm_destroy(comm));
+    }
+    // Nothing leaked: the process has its usual handful of fds.
+    int open_fds = 0;
+    for (int fd = 0; fd < 1024; fd++)
+      open_fds += fcntl(fd, F_GETFD) != -1;
+    RANK_EXPECT(log, open_fds < 20, "%d fds open", open_fds);
+  });
   EXPECT_TRUE(r.all_ok()) << describe(r);
 }
 
@@ -646,15 +628,11 @@ TEST(SocketIfname, BadSettingStopsRanksWaitingForTheIdFile) {
   opt.init = false;
   hoop_config_t cfg = HOOP_CONFIG_INIT;
   cfg.timeout_ms = 20000;
-  auto start = std::chrono::steady_clock::now();
   RunResult r = run_ranks(
       2,
       [port, &cfg](RankLog &log, hoop_comm_t, int rank, int n) {
         clear_launcher_env();
-        setenv("OMPI_COMM_WORLD_RANK", std::to_string(rank).c_str(), 1);
-        setenv("OMPI_COMM_WORLD_SIZE", std::to_string(n).c_str(), 1);
-        setenv("PMIX_NAMESPACE", ("hoopif" + std::to_string(port)).c_str(),
-               1);
+        set_open_mpi_env(rank, n, "hoopif" + std::to_string(port));
         setenv("HOOP_SOCKET_IFNAME", "hoop-none", 1);
         hoop_comm_t comm;
         hoop_result_t res = hoop_comm_init_env(&comm, &cfg);
@@ -666,9 +644,8 @@ TEST(SocketIfname, BadSettingStopsRanksWaitingForTheIdFile) {
                     "message: %s", hoop_last_error());
       },
       opt);
-  double secs = seconds_since(start);
   EXPECT_TRUE(r.all_ok()) << describe(r);
-  EXPECT_LT(secs, 5.0);
+  EXPECT_LT(r.seconds, 5.0);
 }
 
 // Under mpirun or srun, a config's socket_ifname must decide rank 0's id
@@ -683,15 +660,11 @@ TEST(SocketIfname, ConfigFieldOverridesTheVariableUnderInitEnv) {
   hoop_config_t cfg = HOOP_CONFIG_INIT;
   cfg.timeout_ms = 20000;
   cfg.socket_ifname = "lo";
-  auto start = std::chrono::steady_clock::now();
   RunResult r = run_ranks(
       2,
       [port, &cfg](RankLog &log, hoop_comm_t, int rank, int n) {
         clear_launcher_env();
-        setenv("OMPI_COMM_WORLD_RANK", std::to_string(rank).c_str(), 1);
-        setenv("OMPI_COMM_WORLD_SIZE", std::to_string(n).c_str(), 1);
-        setenv("PMIX_NAMESPACE", ("hoopcf" + std::to_string(port)).c_str(),
-               1);
+        set_open_mpi_env(rank, n, "hoopcf" + std::to_string(port));
         setenv("HOOP_SOCKET_IFNAME", "hoop-none", 1);
         setenv("HOOP_DEBUG", "INFO", 1);
         hoop__log_level_init();
@@ -722,9 +695,8 @@ TEST(SocketIfname, ConfigFieldOverridesTheVariableUnderInitEnv) {
         hoop_comm_destroy(comm);
       },
       opt);
-  double secs = seconds_since(start);
   EXPECT_TRUE(r.all_ok()) << describe(r);
-  EXPECT_LT(secs, 15.0);
+  EXPECT_LT(r.seconds, 15.0);
 }
 
 // hoop_config_t's socket_ifname takes the same forms and overrides the
@@ -757,36 +729,27 @@ TEST(SocketIfname, ConfigFieldTakesTheSameForms) {
 // hoop_comm_get_algo reads back the setting a communicator starts with
 // (HOOP_ALGO's) and then what hoop_comm_set_algo made it.
 TEST(Bootstrap, AlgorithmSettingReadsBack) {
-  RunOptions opt;
-  opt.init = false;
-  RunResult r = run_ranks(
-      1,
-      [](RankLog &log, hoop_comm_t, int, int) {
-        setenv("HOOP_ALGO", "tree", 1);
-        hoop_unique_id_t id;
-        hoop_comm_t comm;
-        RANK_EXPECT_OK(log, nullptr, hoop_get_unique_id(&id));
-        RANK_EXPECT_OK(log, nullptr,
-                       hoop_comm_init_rank(&comm, 1, &id, 0, nullptr));
-        hoop_algo_t algo = HOOP_ALGO_COUNT;
-        RANK_EXPECT_OK(log, comm, hoop_comm_get_algo(comm, &algo));
-        RANK_EXPECT(log, algo == HOOP_ALGO_TREE, "got %s",
-                    hoop_algo_name(algo));
-        RANK_EXPECT_OK(log, comm, hoop_comm_set_algo(comm, HOOP_ALGO_PS));
-        RANK_EXPECT_OK(log, comm, hoop_comm_get_algo(comm, &algo));
-        RANK_EXPECT(log, algo == HOOP_ALGO_PS, "got %s",
-                    hoop_algo_name(algo));
-        RANK_EXPECT(log,
-                    hoop_comm_get_algo(comm, nullptr) ==
-                        HOOP_ERR_INVALID_ARGUMENT,
-                    "NULL accepted");
-        hoop_comm_destroy(comm);
-        RANK_EXPECT(log,
-                    hoop_comm_get_algo(comm, &algo) ==
-                        HOOP_ERR_INVALID_USAGE,
-                    "a destroyed communicator answered");
-      },
-      opt);
+  RunResult r = run_alone([](RankLog &log) {
+    setenv("HOOP_ALGO", "tree", 1);
+    hoop_comm_t comm = comm_alone(log);
+    hoop_algo_t algo = HOOP_ALGO_COUNT;
+    RANK_EXPECT_OK(log, comm, hoop_comm_get_algo(comm, &algo));
+    RANK_EXPECT(log, algo == HOOP_ALGO_TREE, "got %s",
+                hoop_algo_name(algo));
+    RANK_EXPECT_OK(log, comm, hoop_comm_set_algo(comm, HOOP_ALGO_PS));
+    RANK_EXPECT_OK(log, comm, hoop_comm_get_algo(comm, &algo));
+    RANK_EXPECT(log, algo == HOOP_ALGO_PS, "got %s",
+                hoop_algo_name(algo));
+    RANK_EXPECT(log,
+                hoop_comm_get_algo(comm, nullptr) ==
+                    HOOP_ERR_INVALID_ARGUMENT,
+                "NULL accepted");
+    hoop_comm_destroy(comm);
+    RANK_EXPECT(log,
+                hoop_comm_get_algo(comm, &algo) ==
+                    HOOP_ERR_INVALID_USAGE,
+                "a destroyed communicator answered");
+  });
   EXPECT_TRUE(r.all_ok()) << describe(r);
 }
 

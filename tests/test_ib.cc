@@ -666,14 +666,14 @@ TEST(IbPublish, WithoutHoopTransportIbInitIgnoresRdma) {
   }
 }
 
-TEST(IbTransport, ForcedWithoutDevicesFailsInitNamingRankAndReason) {
-  hoop_rdma_local_port *ports = nullptr;
-  int n = 0;
-  char why[400] = "";
-  hoop__rdma_discover(&ports, &n, why, sizeof why);
-  free(ports);
-  if (n > 0)
-    GTEST_SKIP() << "this host has RDMA devices, so ib is not impossible";
+namespace {
+
+// Two ranks that force ib, with HOOP_IB_TIMEOUT set where ib_timeout is
+// given, must each fail init as unsupported with an error that holds
+// every text needles(rank) lists.
+void expect_forced_ib_init_fails(
+    const char *ib_timeout,
+    const std::function<std::vector<std::string>(int rank)> &needles) {
   hoop_unique_id_t id;
   ASSERT_EQ(hoop_get_unique_id(&id), HOOP_SUCCESS) << hoop_last_error();
   RunOptions opt;
@@ -681,25 +681,20 @@ TEST(IbTransport, ForcedWithoutDevicesFailsInitNamingRankAndReason) {
   opt.timeout_s = 60;
   RunResult r = run_ranks(
       2,
-      [&id](RankLog &log, hoop_comm_t, int rank, int nranks) {
+      [&id, ib_timeout, &needles](RankLog &log, hoop_comm_t, int rank,
+                                  int nranks) {
         setenv("HOOP_TRANSPORT", "ib", 1);
+        if (ib_timeout != nullptr)
+          setenv("HOOP_IB_TIMEOUT", ib_timeout, 1);
         hoop_comm_t comm = nullptr;
         hoop_result_t res = hoop_comm_init_rank(&comm, nranks, &id, rank,
                                                 nullptr);
         std::string err = hoop_last_error();
         RANK_EXPECT(log, res == HOOP_ERR_UNSUPPORTED, "init gave %s: %s",
                     hoop_result_name(res), err.c_str());
-        std::string who = "HOOP_TRANSPORT=ib cannot join rank " +
-                          std::to_string(rank) + " and rank " +
-                          std::to_string(1 - rank);
-        std::string lack = "rank " + std::to_string(rank) +
-                           (HOOP_HAVE_VERBS
-                                ? " has no RDMA device: ibv_get_device_list"
-                                : " runs a build of hoop without RDMA verbs");
-        RANK_EXPECT(log, err.find(who) != std::string::npos, "error: %s",
-                    err.c_str());
-        RANK_EXPECT(log, err.find(lack) != std::string::npos, "error: %s",
-                    err.c_str());
+        for (const std::string &needle : needles(rank))
+          RANK_EXPECT(log, err.find(needle) != std::string::npos,
+                      "error lacks \"%s\": %s", needle.c_str(), err.c_str());
         if (comm != nullptr)
           hoop_comm_destroy(comm);
       },
@@ -708,34 +703,34 @@ TEST(IbTransport, ForcedWithoutDevicesFailsInitNamingRankAndReason) {
   EXPECT_TRUE(r.all_ok()) << hooptest::describe(r);
 }
 
+}  // namespace
+
+TEST(IbTransport, ForcedWithoutDevicesFailsInitNamingRankAndReason) {
+  hoop_rdma_local_port *ports = nullptr;
+  int n = 0;
+  char why[400] = "";
+  hoop__rdma_discover(&ports, &n, why, sizeof why);
+  free(ports);
+  if (n > 0)
+    GTEST_SKIP() << "this host has RDMA devices, so ib is not impossible";
+  expect_forced_ib_init_fails(nullptr, [](int rank) {
+    std::string who = "HOOP_TRANSPORT=ib cannot join rank " +
+                      std::to_string(rank) + " and rank " +
+                      std::to_string(1 - rank);
+    std::string lack = "rank " + std::to_string(rank) +
+                       (HOOP_HAVE_VERBS
+                            ? " has no RDMA device: ibv_get_device_list"
+                            : " runs a build of hoop without RDMA verbs");
+    return std::vector<std::string>{who, lack};
+  });
+}
+
 TEST(IbTransport, ForcedWithABadSettingFailsInitNamingIt) {
-  hoop_unique_id_t id;
-  ASSERT_EQ(hoop_get_unique_id(&id), HOOP_SUCCESS) << hoop_last_error();
-  RunOptions opt;
-  opt.init = false;
-  opt.timeout_s = 60;
-  RunResult r = run_ranks(
-      2,
-      [&id](RankLog &log, hoop_comm_t, int rank, int nranks) {
-        setenv("HOOP_TRANSPORT", "ib", 1);
-        setenv("HOOP_IB_TIMEOUT", "40", 1);
-        hoop_comm_t comm = nullptr;
-        hoop_result_t res = hoop_comm_init_rank(&comm, nranks, &id, rank,
-                                                nullptr);
-        std::string err = hoop_last_error();
-        std::string want = "rank " + std::to_string(rank) +
-                           " has a malformed HOOP_IB_* setting: "
-                           "HOOP_IB_TIMEOUT=40 is outside 1..31";
-        RANK_EXPECT(log, res == HOOP_ERR_UNSUPPORTED, "init gave %s: %s",
-                    hoop_result_name(res), err.c_str());
-        RANK_EXPECT(log, err.find(want) != std::string::npos, "error: %s",
-                    err.c_str());
-        if (comm != nullptr)
-          hoop_comm_destroy(comm);
-      },
-      opt);
-  hoop_unique_id_release(&id);
-  EXPECT_TRUE(r.all_ok()) << hooptest::describe(r);
+  expect_forced_ib_init_fails("40", [](int rank) {
+    return std::vector<std::string>{"rank " + std::to_string(rank) +
+                                    " has a malformed HOOP_IB_* setting: "
+                                    "HOOP_IB_TIMEOUT=40 is outside 1..31"};
+  });
 }
 
 TEST(IbTransport, HoopInfoShowsThePortsAndEachPair) {

@@ -416,35 +416,29 @@ TEST(FakeVerbs, TheEventFdWakesOnlyForACompletionAfterNotify) {
 
 // In a child: the port stays down for the rest of the process.
 TEST(FakeVerbs, APortGoingDownIsAnAsyncEventAndStopsEveryWrite) {
-  hooptest::RunOptions opt;
-  opt.init = false;
-  opt.timeout_s = 60;
-  hooptest::RunResult r = hooptest::run_ranks(
-      1,
-      [](hooptest::RankLog &log, hoop_comm_t, int, int) {
-        Pair p;
-        char what[128] = "";
-        RANK_EXPECT(log, !readable(V()->async_fd(p.a.ep)), "event early");
-        RANK_EXPECT(log, V()->async_take(p.a.ep, what, sizeof what) == 0,
-                    "took %s", what);
-        post_recv(p.b, 1);
-        hooptest::fake_verbs_port_down();
-        for (Ep *e : {&p.a, &p.b}) {
-          RANK_EXPECT(log, readable(V()->async_fd(e->ep)), "no event");
-          RANK_EXPECT(log, V()->async_take(e->ep, what, sizeof what) == 1,
-                      "no event taken");
-          RANK_EXPECT(log, strcmp(what, "port 1 of fake0 went down") == 0,
-                      "the event is %s", what);
-          RANK_EXPECT(log, !readable(V()->async_fd(e->ep)), "fd still set");
-          RANK_EXPECT(log, V()->async_take(e->ep, what, sizeof what) == 0,
-                      "a second event: %s", what);
-        }
-        RANK_EXPECT(log, p.put(1, 0, 64, true, 1) == 0, "post failed");
-        RANK_EXPECT(log, p.a.poll_all().empty() && p.b.poll_all().empty(),
-                    "a write completed on a port that is down");
-        RANK_EXPECT(log, p.dst[0] == 0, "a write was placed");
-      },
-      opt);
+  hooptest::RunResult r = hooptest::run_alone([](hooptest::RankLog &log) {
+    Pair p;
+    char what[128] = "";
+    RANK_EXPECT(log, !readable(V()->async_fd(p.a.ep)), "event early");
+    RANK_EXPECT(log, V()->async_take(p.a.ep, what, sizeof what) == 0,
+                "took %s", what);
+    post_recv(p.b, 1);
+    hooptest::fake_verbs_port_down();
+    for (Ep *e : {&p.a, &p.b}) {
+      RANK_EXPECT(log, readable(V()->async_fd(e->ep)), "no event");
+      RANK_EXPECT(log, V()->async_take(e->ep, what, sizeof what) == 1,
+                  "no event taken");
+      RANK_EXPECT(log, strcmp(what, "port 1 of fake0 went down") == 0,
+                  "the event is %s", what);
+      RANK_EXPECT(log, !readable(V()->async_fd(e->ep)), "fd still set");
+      RANK_EXPECT(log, V()->async_take(e->ep, what, sizeof what) == 0,
+                  "a second event: %s", what);
+    }
+    RANK_EXPECT(log, p.put(1, 0, 64, true, 1) == 0, "post failed");
+    RANK_EXPECT(log, p.a.poll_all().empty() && p.b.poll_all().empty(),
+                "a write completed on a port that is down");
+    RANK_EXPECT(log, p.dst[0] == 0, "a write was placed");
+  }, 60);
   EXPECT_TRUE(r.all_ok()) << hooptest::describe(r);
 }
 

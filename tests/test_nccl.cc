@@ -7,9 +7,7 @@
 #include <gtest/gtest.h>
 #include <nccl.h>
 
-#include <poll.h>
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <climits>
@@ -19,7 +17,6 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <cstdarg>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -27,23 +24,13 @@
 #include <thread>
 #include <vector>
 
+#include "fork_ranks.h"
+
+using namespace hooptest;
+
 namespace {
 
 // ---- ranks as forked processes ---------------------------------------------
-
-struct Log {
-  int rank;
-  int failures = 0;
-  void fail(const char *fmt, ...) __attribute__((format(printf, 2, 3))) {
-    char buf[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    if (failures++ < 10)
-      fprintf(stderr, "[rank %d] %s\n", rank, buf);
-  }
-};
 
 #define CHECK_NCCL(log, call)                                                \
   do {                                                                       \
@@ -54,72 +41,39 @@ struct Log {
                  ncclGetLastError(nullptr));                                 \
   } while (0)
 
-using RankFn = std::function<void(Log &, ncclComm_t, int, int)>;
+using RankFn = std::function<void(RankLog &, ncclComm_t, int, int)>;
 
 // Runs fn as `n` ranks; with init, each joins one communicator first.
-// Returns the ranks' exit codes (128 + signal when killed).
-std::vector<int> run_ranks(int n, const RankFn &fn, bool init = true,
-                           int timeout_s = 120) {
+RunResult run_ranks(int n, const RankFn &fn, bool init = true) {
   ncclUniqueId id;
-  if (ncclGetUniqueId(&id) != ncclSuccess)
-    return std::vector<int>((size_t)n, 99);
-  fflush(stdout);
-  fflush(stderr);
-  std::vector<pid_t> pids;
-  for (int r = 0; r < n; r++) {
-    pid_t pid = fork();
-    if (pid == 0) {
-      Log log{r};
-      ncclComm_t comm = nullptr;
-      if (init) {
-        ncclResult_t res = ncclCommInitRank(&comm, n, id, r);
-        if (res != ncclSuccess) {
-          fprintf(stderr, "[rank %d] init: %s: %s\n", r,
-                  ncclGetErrorString(res), ncclGetLastError(nullptr));
-          _exit(3);
+  if (ncclGetUniqueId(&id) != ncclSuccess) {
+    RunResult failed;
+    failed.exit_codes.assign((size_t)n, 99);
+    return failed;
+  }
+  return fork_ranks(
+      n,
+      [&](int r) {
+        RankLog log(r);
+        ncclComm_t comm = nullptr;
+        if (init) {
+          ncclResult_t res = ncclCommInitRank(&comm, n, id, r);
+          if (res != ncclSuccess) {
+            fprintf(stderr, "[rank %d] init: %s: %s\n", r,
+                    ncclGetErrorString(res), ncclGetLastError(nullptr));
+            return 3;
+          }
         }
-      }
-      fn(log, comm, r, n);
-      if (comm != nullptr)
-        ncclCommDestroy(comm);
-      fflush(stderr);
-      _exit(log.failures == 0 ? 0 : 1);
-    }
-    pids.push_back(pid);
-  }
-  std::vector<int> codes((size_t)n, -1);
-  auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
-  int left = n;
-  while (left > 0 && std::chrono::steady_clock::now() < deadline) {
-    int status;
-    pid_t pid = waitpid(-1, &status, WNOHANG);
-    if (pid <= 0) {
-      poll(nullptr, 0, 5);
-      continue;
-    }
-    for (int r = 0; r < n; r++) {
-      if (pids[(size_t)r] == pid) {
-        codes[(size_t)r] = WIFEXITED(status) ? WEXITSTATUS(status)
-                                             : 128 + WTERMSIG(status);
-        pids[(size_t)r] = -1;
-        left--;
-      }
-    }
-  }
-  for (pid_t pid : pids) {
-    if (pid > 0) {
-      kill(pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-    }
-  }
-  return codes;
+        fn(log, comm, r, n);
+        if (comm != nullptr)
+          ncclCommDestroy(comm);
+        return log.ok() ? 0 : 1;
+      },
+      120);
 }
 
-void expect_all_ok(const std::vector<int> &codes) {
-  for (size_t r = 0; r < codes.size(); r++)
-    EXPECT_EQ(codes[r], 0) << "rank " << r
-                           << (codes[r] == -1 ? " timed out" : " failed");
+void expect_all_ok(const RunResult &r) {
+  EXPECT_TRUE(r.all_ok()) << describe(r);
 }
 
 // ---- element types, from their definitions ---------------------------------
@@ -292,7 +246,7 @@ void fill(std::vector<char> &buf, const TypeInfo &t, int rank, size_t count,
 }
 
 // Reductions: allreduce (in and out of place), reduce, reduce-scatter.
-void reductions(Log &log, ncclComm_t comm, int rank, int n, size_t count) {
+void reductions(RankLog &log, ncclComm_t comm, int rank, int n, size_t count) {
   for (const TypeInfo &t : kTypes) {
     for (const Op &o : kOps) {
       ncclRedOp_t op = o.op;
@@ -354,7 +308,7 @@ void reductions(Log &log, ncclComm_t comm, int rank, int n, size_t count) {
 
 // Data movement: broadcast, bcast, allgather (in place too), alltoall,
 // gather, scatter.
-void movements(Log &log, ncclComm_t comm, int rank, int n, size_t count) {
+void movements(RankLog &log, ncclComm_t comm, int rank, int n, size_t count) {
   // These calls move bytes only: a few element sizes suffice.
   for (const TypeInfo &ty : {kTypes[0], kTypes[6], kTypes[10], kTypes[8]}) {
     size_t es = ty.size, nb = count * es;
@@ -445,7 +399,7 @@ class NcclCollectives : public ::testing::TestWithParam<int> {};
 
 TEST_P(NcclCollectives, EveryCollectiveTypeAndOperatorMatchesTheReference) {
   int n = GetParam();
-  expect_all_ok(run_ranks(n, [](Log &log, ncclComm_t comm, int rank, int nr) {
+  expect_all_ok(run_ranks(n, [](RankLog &log, ncclComm_t comm, int rank, int nr) {
     for (size_t count : {(size_t)0, (size_t)1, (size_t)13})
       reductions(log, comm, rank, nr, count);
     for (size_t count : {(size_t)0, (size_t)1, (size_t)13, (size_t)70001})
@@ -455,7 +409,7 @@ TEST_P(NcclCollectives, EveryCollectiveTypeAndOperatorMatchesTheReference) {
 
 TEST_P(NcclCollectives, LargeAllReduce) {
   int n = GetParam();
-  expect_all_ok(run_ranks(n, [](Log &log, ncclComm_t comm, int rank, int nr) {
+  expect_all_ok(run_ranks(n, [](RankLog &log, ncclComm_t comm, int rank, int nr) {
     const TypeInfo &t = kTypes[7];
     size_t count = (1 << 20) + 3;
     std::vector<char> send(count * 4), recv(count * 4);
@@ -477,7 +431,7 @@ INSTANTIATE_TEST_SUITE_P(Ranks, NcclCollectives,
 
 TEST(NcclGroups, SendRecvPatternsInOneGroup) {
   for (int n : {2, 3, 5}) {
-    expect_all_ok(run_ranks(n, [](Log &log, ncclComm_t comm, int rank,
+    expect_all_ok(run_ranks(n, [](RankLog &log, ncclComm_t comm, int rank,
                                   int nr) {
       const size_t count = 1001;
       // Every rank sends a distinct message to every rank, itself too,
@@ -526,7 +480,7 @@ TEST(NcclGroups, SendRecvPatternsInOneGroup) {
 // communicator (how nccl-tests -g and PyTorch's coalescing drive NCCL).
 TEST(NcclGroups, OneThreadDrivesSeveralCommunicators) {
   for (int n : {2, 3, 4}) {
-    expect_all_ok(run_ranks(1, [n](Log &log, ncclComm_t, int, int) {
+    expect_all_ok(run_ranks(1, [n](RankLog &log, ncclComm_t, int, int) {
       std::vector<ncclComm_t> comms((size_t)n);
       CHECK_NCCL(log, ncclCommInitAll(comms.data(), n, nullptr));
       for (int r = 0; r < n; r++) {
@@ -589,7 +543,7 @@ TEST(NcclGroups, OneThreadDrivesSeveralCommunicators) {
 TEST(NcclComms, NonBlockingInitIsPolledToSuccess) {
   ncclUniqueId id;
   ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
-  expect_all_ok(run_ranks(3, [id](Log &log, ncclComm_t, int rank, int n) {
+  expect_all_ok(run_ranks(3, [id](RankLog &log, ncclComm_t, int rank, int n) {
     if (rank != 0)
       usleep(200 * 1000);
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
@@ -621,7 +575,7 @@ TEST(NcclComms, NonBlockingInitIsPolledToSuccess) {
 }
 
 TEST(NcclComms, SplitByColorAndKey) {
-  expect_all_ok(run_ranks(5, [](Log &log, ncclComm_t comm, int rank, int n) {
+  expect_all_ok(run_ranks(5, [](RankLog &log, ncclComm_t comm, int rank, int n) {
     // Ranks 0,2,4 and 1,3; rank 4 opts out; new ranks in reverse order.
     int color = rank == 4 ? NCCL_SPLIT_NOCOLOR : rank % 2;
     ncclComm_t sub = nullptr;
@@ -650,7 +604,7 @@ TEST(NcclComms, SplitByColorAndKey) {
 
 TEST(NcclComms, ShrinkWithoutAndAfterAFailure) {
   // Healthy: ranks 0..3 drop rank 1, which takes no part.
-  expect_all_ok(run_ranks(4, [](Log &log, ncclComm_t comm, int rank, int) {
+  expect_all_ok(run_ranks(4, [](RankLog &log, ncclComm_t comm, int rank, int) {
     if (rank == 1)
       return;
     int excluded[] = {1};
@@ -670,8 +624,8 @@ TEST(NcclComms, ShrinkWithoutAndAfterAFailure) {
     CHECK_NCCL(log, ncclCommDestroy(small));
   }));
   // Rank 0 dies; the others see the error, then go on without it.
-  std::vector<int> codes =
-      run_ranks(3, [](Log &log, ncclComm_t comm, int rank, int) {
+  RunResult run =
+      run_ranks(3, [](RankLog &log, ncclComm_t comm, int rank, int) {
         if (rank == 0) {
           usleep(100 * 1000);
           kill(getpid(), SIGKILL);
@@ -698,9 +652,9 @@ TEST(NcclComms, ShrinkWithoutAndAfterAFailure) {
           log.fail("allreduce of the survivors: %d", x);
         CHECK_NCCL(log, ncclCommDestroy(small));
       });
-  EXPECT_EQ(codes[0], 128 + SIGKILL);
-  EXPECT_EQ(codes[1], 0);
-  EXPECT_EQ(codes[2], 0);
+  EXPECT_EQ(run.exit_codes[0], 128 + SIGKILL);
+  EXPECT_EQ(run.exit_codes[1], 0);
+  EXPECT_EQ(run.exit_codes[2], 0);
 }
 
 // Several ids for one job (large jobs spread their rendezvous so).
@@ -709,7 +663,7 @@ TEST(NcclComms, InitRankScalableWithTwoIds) {
   ASSERT_EQ(ncclGetUniqueId(&ids[0]), ncclSuccess);
   ASSERT_EQ(ncclGetUniqueId(&ids[1]), ncclSuccess);
   std::vector<ncclUniqueId> v(ids, ids + 2);
-  expect_all_ok(run_ranks(4, [v](Log &log, ncclComm_t, int rank, int n) {
+  expect_all_ok(run_ranks(4, [v](RankLog &log, ncclComm_t, int rank, int n) {
     std::vector<ncclUniqueId> mine = v;
     ncclComm_t comm = nullptr;
     CHECK_NCCL(log, ncclCommInitRankScalable(&comm, n, rank, 2, mine.data(),
@@ -725,7 +679,7 @@ TEST(NcclComms, InitRankScalableWithTwoIds) {
 
 // A revoked communicator refuses calls but can still be shrunk.
 TEST(NcclComms, RevokeThenShrinkToAllRanks) {
-  expect_all_ok(run_ranks(3, [](Log &log, ncclComm_t comm, int rank, int n) {
+  expect_all_ok(run_ranks(3, [](RankLog &log, ncclComm_t comm, int rank, int n) {
     CHECK_NCCL(log, ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT));
     int x = rank;
     if (ncclAllReduce(&x, &x, 1, ncclInt32, ncclSum, comm, nullptr) !=
@@ -743,7 +697,7 @@ TEST(NcclComms, RevokeThenShrinkToAllRanks) {
 }
 
 TEST(NcclComms, AbortFromAnotherThreadEndsAWaitingCall) {
-  expect_all_ok(run_ranks(2, [](Log &log, ncclComm_t comm, int rank, int) {
+  expect_all_ok(run_ranks(2, [](RankLog &log, ncclComm_t comm, int rank, int) {
     if (rank == 1) {
       usleep(3000 * 1000); // never joins the call; outlives rank 0's wait
       return;
@@ -764,13 +718,13 @@ TEST(NcclComms, AbortFromAnotherThreadEndsAWaitingCall) {
       log.fail("the aborted call succeeded");
     if (s > 2.0)
       log.fail("abort took %.2f s to end the call", s);
-    _exit(log.failures == 0 ? 0 : 1); // the communicator is gone
+    _exit(log.ok() ? 0 : 1); // the communicator is gone
   }));
 }
 
 // PyTorch's watchdog polls every communicator from its own thread.
 TEST(NcclComms, WatchdogPollingDuringTenThousandCalls) {
-  expect_all_ok(run_ranks(2, [](Log &log, ncclComm_t comm, int rank, int n) {
+  expect_all_ok(run_ranks(2, [](RankLog &log, ncclComm_t comm, int rank, int n) {
     std::atomic<bool> done{false};
     std::atomic<long> polls{0}, bad{0};
     std::thread watchdog([&] {
@@ -830,7 +784,7 @@ TEST(NcclLibrary, TheLibraryRunningIsHoops) {
 // ---- bad input and queries --------------------------------------------------
 
 TEST(NcclErrors, BadArgumentsAreRefusedWithATextAndTheRightCode) {
-  expect_all_ok(run_ranks(2, [](Log &log, ncclComm_t comm, int rank, int) {
+  expect_all_ok(run_ranks(2, [](RankLog &log, ncclComm_t comm, int rank, int) {
     int x = 0;
     auto expect = [&](ncclResult_t got, ncclResult_t want, const char *what,
                       const char *needle) {
@@ -878,7 +832,7 @@ TEST(NcclQueries, VersionStringsMemoryAndRegistrations) {
   for (int r = 0; r < ncclNumResults; r++)
     EXPECT_GT(strlen(ncclGetErrorString((ncclResult_t)r)), 0u);
   EXPECT_EQ(ncclGetVersion(nullptr), ncclInvalidArgument);
-  expect_all_ok(run_ranks(2, [](Log &log, ncclComm_t comm, int rank, int n) {
+  expect_all_ok(run_ranks(2, [](RankLog &log, ncclComm_t comm, int rank, int n) {
     int count = 0, me = -1, dev = 99;
     CHECK_NCCL(log, ncclCommCount(comm, &count));
     CHECK_NCCL(log, ncclCommUserRank(comm, &me));

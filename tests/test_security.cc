@@ -51,6 +51,18 @@ void expect_sum(RankLog &log, hoop_comm_t comm, int rank, int nranks) {
               (long long)v);
 }
 
+// The rest of a rank once its init (`what`) returned `res`: the all-reduce
+// on `comm` when it joined, the reason when it did not.
+void sum_if_joined(RankLog &log, const char *what, hoop_result_t res,
+                   hoop_comm_t comm, int rank, int nranks) {
+  if (res != HOOP_SUCCESS) {
+    log.fail("%s: %s: %s", what, hoop_result_name(res), hoop_last_error());
+    return;
+  }
+  expect_sum(log, comm, rank, nranks);
+  hoop_comm_destroy(comm);
+}
+
 // Connects to `addr` (a rendezvous or data listener), retrying while
 // nobody listens yet; -1 when nobody does within 10 s, or when a listener
 // that no longer accepts leaves the connection hanging for 2 s.
@@ -173,20 +185,24 @@ std::vector<int> listening_ports(pid_t pid) {
   return ports;
 }
 
-// The data listener of rank process `pid`, a child of this test: the port
-// it listens on and this process does not (the children inherit the
-// rendezvous sockets of every id this process made); 0 when none turned up
-// within 10 s.
-int data_port(pid_t pid) {
+// The data listener of rank process `pid` of the job `uid`, a child of
+// this test: on the job's host, the port it listens on and this process
+// does not (the children inherit the rendezvous sockets of every id this
+// process made); port 0 when none turned up within 10 s.
+hoop_addr data_address(const hoop_uid &uid, pid_t pid) {
+  hoop_addr addr = uid.root;
+  addr.port = 0;
   std::vector<int> ours = listening_ports(getpid());
   for (int tries = 0; tries < 1000; tries++) {
     for (int port : listening_ports(pid)) {
-      if (std::find(ours.begin(), ours.end(), port) == ours.end())
-        return port;
+      if (std::find(ours.begin(), ours.end(), port) == ours.end()) {
+        addr.port = (uint16_t)port;
+        return addr;
+      }
     }
     usleep(10000);
   }
-  return 0;
+  return addr;
 }
 
 // Forks a rank that joins `id` and checks an all-reduce; its exit code is
@@ -202,12 +218,7 @@ pid_t fork_rank(const hoop_unique_id_t &id, int rank, int nranks) {
   cfg.timeout_ms = 10000;
   hoop_comm_t comm;
   hoop_result_t res = hoop_comm_init_rank(&comm, nranks, &id, rank, &cfg);
-  if (res != HOOP_SUCCESS) {
-    fprintf(stderr, "[rank %d] init: %s\n", rank, hoop_last_error());
-    _exit(3);
-  }
-  expect_sum(log, comm, rank, nranks);
-  hoop_comm_destroy(comm);
+  sum_if_joined(log, "init", res, comm, rank, nranks);
   _exit(log.ok() ? 0 : 1);
 }
 
@@ -308,12 +319,16 @@ bool replay(const hoop_addr &addr, const std::vector<std::string> &chunks) {
   return open;
 }
 
-// A job whose ranks join, tell the test so, and wait for its word before
-// they run `work`: what the test does in between meets a formed job.
+// A job on a fresh id whose ranks join, tell the test so, and wait for its
+// word before they run `work`: what the test does in between meets a
+// formed job.
 class Formed {
  public:
   using Work = std::function<void(RankLog &, hoop_comm_t, int rank)>;
-  Formed(const hoop_unique_id_t &id, int nranks, const Work &work) {
+  Formed(int nranks, const Work &work) {
+    hoop_unique_id_t id;
+    EXPECT_EQ(hoop_get_unique_id(&id), HOOP_SUCCESS);
+    uid_ = parse_id(id);
     for (int r = 0; r < nranks; r++) {
       int ready[2], go[2];
       if (pipe(ready) != 0 || pipe(go) != 0)
@@ -359,6 +374,7 @@ class Formed {
     return true;
   }
   pid_t pid(int rank) const { return pids_[(size_t)rank]; }
+  const hoop_uid &uid() const { return uid_; }
   // Lets the ranks run their work; their exit codes.
   std::vector<int> run() {
     char byte = 1;
@@ -371,6 +387,7 @@ class Formed {
   }
 
  private:
+  hoop_uid uid_;
   std::vector<pid_t> pids_;
   std::vector<int> ready_, go_;
 };
@@ -430,12 +447,7 @@ TEST(Malformed, HelloWithUnterminatedHostNameIsRefused) {
         cfg.timeout_ms = 20000;
         hoop_comm_t comm;
         hoop_result_t res = hoop_comm_init_rank(&comm, nranks, &id, rank, &cfg);
-        if (res != HOOP_SUCCESS) {
-          log.fail("init: %s: %s", hoop_result_name(res), hoop_last_error());
-          return;
-        }
-        expect_sum(log, comm, rank, nranks);
-        hoop_comm_destroy(comm);
+        sum_if_joined(log, "init", res, comm, rank, nranks);
       },
       opt);
   EXPECT_TRUE(r.all_ok()) << describe(r);
@@ -547,12 +559,7 @@ TEST(Auth, ProcessWithAnotherSecretCannotJoinAsARank) {
           }
           return;
         }
-        if (res != HOOP_SUCCESS) {
-          log.fail("init: %s: %s", hoop_result_name(res), hoop_last_error());
-          return;
-        }
-        expect_sum(log, comm, rank, nranks);
-        hoop_comm_destroy(comm);
+        sum_if_joined(log, "init", res, comm, rank, nranks);
       },
       opt);
   EXPECT_TRUE(r.all_ok()) << describe(r);
@@ -610,8 +617,7 @@ TEST_P(AuthData, StrangerPosingAsRankZeroOnADataPortIsRefused) {
   pid_t ranks[3];
   ranks[0] = fork_rank(id, 0, 3);
   ranks[1] = fork_rank(id, 1, 3);
-  hoop_addr data = uid.root;
-  data.port = (uint16_t)data_port(ranks[1]);
+  hoop_addr data = data_address(uid, ranks[1]);
   ASSERT_NE(data.port, 0) << "rank 1 never listened";
 
   int fd = connect_to(data);
@@ -684,12 +690,7 @@ TEST(Auth, JobWithoutSecretIsRefusedUnlessAuthIsOff) {
         unsetenv("HOOP_AUTH_TOKEN");
         setenv("HOOP_AUTH", "off", 1);
         res = hoop_comm_init_env(&comm, nullptr);
-        if (res != HOOP_SUCCESS) {
-          log.fail("HOOP_AUTH=off: %s", hoop_last_error());
-          return;
-        }
-        expect_sum(log, comm, rank, nranks);
-        hoop_comm_destroy(comm);
+        sum_if_joined(log, "HOOP_AUTH=off", res, comm, rank, nranks);
       },
       opt);
   EXPECT_TRUE(r.all_ok()) << describe(r);
@@ -703,31 +704,26 @@ TEST(Auth, TokenFileMustBeReadableByItsOwnerAlone) {
   std::string token = std::string(kTestToken) + "\n";
   ASSERT_EQ(write(fd, token.data(), token.size()), (ssize_t)token.size());
   close(fd);
-  RunOptions opt;
-  opt.init = false;
-  RunResult r = run_ranks(
-      1,
-      [&path](RankLog &log, hoop_comm_t, int, int) {
-        setenv("HOOP_RANK", "0", 1);
-        setenv("HOOP_WORLD_SIZE", "1", 1);
-        setenv("HOOP_ROOT_ADDR",
-               ("127.0.0.1:" + std::to_string(free_port())).c_str(), 1);
-        unsetenv("HOOP_AUTH_TOKEN");
-        unsetenv("HOOP_AUTH");
-        setenv("HOOP_AUTH_TOKEN_FILE", path, 1);
-        hoop_comm_t comm;
-        chmod(path, 0644);
-        hoop_result_t res = hoop_comm_init_env(&comm, nullptr);
-        RANK_EXPECT(log, res == HOOP_ERR_INVALID_ARGUMENT,
-                    "a file others may read: %s", hoop_result_name(res));
-        chmod(path, 0600);
-        res = hoop_comm_init_env(&comm, nullptr);
-        RANK_EXPECT(log, res == HOOP_SUCCESS, "mode 600: %s",
-                    hoop_last_error());
-        if (res == HOOP_SUCCESS)
-          hoop_comm_destroy(comm);
-      },
-      opt);
+  RunResult r = run_alone([&path](RankLog &log) {
+    setenv("HOOP_RANK", "0", 1);
+    setenv("HOOP_WORLD_SIZE", "1", 1);
+    setenv("HOOP_ROOT_ADDR",
+           ("127.0.0.1:" + std::to_string(free_port())).c_str(), 1);
+    unsetenv("HOOP_AUTH_TOKEN");
+    unsetenv("HOOP_AUTH");
+    setenv("HOOP_AUTH_TOKEN_FILE", path, 1);
+    hoop_comm_t comm;
+    chmod(path, 0644);
+    hoop_result_t res = hoop_comm_init_env(&comm, nullptr);
+    RANK_EXPECT(log, res == HOOP_ERR_INVALID_ARGUMENT,
+                "a file others may read: %s", hoop_result_name(res));
+    chmod(path, 0600);
+    res = hoop_comm_init_env(&comm, nullptr);
+    RANK_EXPECT(log, res == HOOP_SUCCESS, "mode 600: %s",
+                hoop_last_error());
+    if (res == HOOP_SUCCESS)
+      hoop_comm_destroy(comm);
+  });
   unlink(path);
   EXPECT_TRUE(r.all_ok()) << describe(r);
 }
@@ -765,13 +761,9 @@ TEST(Auth, HoopRunMakesEachJobASecret) {
 // notices: 20 of them stalled an all-reduce for 20 s and the job failed,
 // blaming healthy ranks.  Now they cost the call nothing.
 TEST(Flood, IdleConnectionsOnADataPortDoNotStallACall) {
-  hoop_unique_id_t id;
-  ASSERT_EQ(hoop_get_unique_id(&id), HOOP_SUCCESS);
-  hoop_uid uid = parse_id(id);
-  Formed job(id, 2, late_sum);
+  Formed job(2, late_sum);
   ASSERT_TRUE(job.joined());
-  hoop_addr data = uid.root;
-  data.port = (uint16_t)data_port(job.pid(1));
+  hoop_addr data = data_address(job.uid(), job.pid(1));
   ASSERT_NE(data.port, 0);
   std::vector<int> idle;
   for (int i = 0; i < 20; i++)
@@ -831,16 +823,13 @@ class Notice : public ::testing::TestWithParam<bool> {};
 
 TEST_P(Notice, ForgedFailureNoticeIsIgnored) {
   bool other_session = GetParam();
-  hoop_unique_id_t id;
-  ASSERT_EQ(hoop_get_unique_id(&id), HOOP_SUCCESS);
-  hoop_uid uid = parse_id(id);
-  Formed job(id, 2, late_sum);
+  Formed job(2, late_sum);
   ASSERT_TRUE(job.joined());
-  hoop_addr data = uid.root;
-  data.port = (uint16_t)data_port(job.pid(1));
+  hoop_addr data = data_address(job.uid(), job.pid(1));
   ASSERT_NE(data.port, 0);
   int fd = connect_to(data);
   ASSERT_GE(fd, 0);
+  const hoop_uid &uid = job.uid();
   hoop_handshake hs;
   ASSERT_EQ(hoop__auth_handshake(uid.comm_id, 0, 1, HOOP_NOTICE_CHANNEL, &hs),
             HOOP_SUCCESS);
