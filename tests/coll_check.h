@@ -64,6 +64,41 @@ inline hoop_result_t call_coll(hoop_comm_t comm, Coll coll, const void *in,
   return HOOP_ERR_INTERNAL;
 }
 
+// Where a call of `count` (`total` elements in all) reads and writes: out
+// of place from send to recv, in place inside one buffer as each
+// collective lays it out.  The input is elements [in_first, in_first +
+// in_n) of the whole that reference.h makes.
+struct Placement {
+  char *in, *out;
+  size_t in_first, in_n;
+};
+
+inline Placement place(Coll coll, bool in_place, char *send, char *recv,
+                       size_t esz, size_t count, size_t total, int rank) {
+  Placement p = {send, recv, 0, total};
+  switch (coll) {
+  case Coll::AllReduce:
+  case Coll::Broadcast:
+  case Coll::Reduce:
+    if (in_place)
+      p.in = p.out;
+    break;
+  case Coll::ReduceScatter:
+    if (in_place)
+      p.out = send + (size_t)rank * count * esz;
+    break;
+  case Coll::AllGather:
+    p.in_first = (size_t)rank * count;
+    p.in_n = count;
+    if (in_place)
+      p.in = recv + p.in_first * esz;
+    break;
+  case Coll::AllToAll:
+    break;
+  }
+  return p;
+}
+
 // What a call's output is held against: every rank's input as reference.h
 // makes it for `seed`, `count` elements or blocks (coll_blocks) of `dtype`.
 struct Expected {

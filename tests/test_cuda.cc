@@ -407,34 +407,15 @@ void run_case(RankLog &log, hoop_comm_t comm, cudaStream_t stream, int rank,
                               c.coll == Coll::AllToAll
                           ? HOOP_SUM
                           : c.op;
-  char *in = send.data(), *out = recv.data();
-  size_t in_first = 0, in_n = total;
-  switch (c.coll) {
-  case Coll::AllReduce:
-  case Coll::Broadcast:
-  case Coll::Reduce:
-    if (c.in_place)
-      in = out;
-    break;
-  case Coll::ReduceScatter:
-    if (c.in_place)
-      out = send.data() + rank * c.count * esz;
-    break;
-  case Coll::AllGather:
-    in_first = rank * c.count;
-    in_n = c.count;
-    if (c.in_place)
-      in = recv.data() + in_first * esz;
-    break;
-  case Coll::AllToAll:
-    break;
-  }
-  fill_input(host.data(), c.dtype, fill_op, c.seed, rank, in_first, in_n);
+  Placement p = place(c.coll, c.in_place, send.data(), recv.data(), esz,
+                      c.count, total, rank);
+  fill_input(host.data(), c.dtype, fill_op, c.seed, rank, p.in_first,
+             p.in_n);
   // The input travels on the stream too: the collective must wait for it.
-  cudaMemcpyAsync(in, host.data(), in_n * esz, cudaMemcpyHostToDevice,
+  cudaMemcpyAsync(p.in, host.data(), p.in_n * esz, cudaMemcpyHostToDevice,
                   stream);
-  hoop_result_t res = call_coll(comm, c.coll, in, out, c.count, c.dtype, c.op,
-                                c.root, stream);
+  hoop_result_t res = call_coll(comm, c.coll, p.in, p.out, c.count,
+                                c.dtype, c.op, c.root, stream);
   if (res != HOOP_SUCCESS) {
     log.fail("%s: %s: %s", what.c_str(), hoop_result_name(res),
              hoop_comm_last_error(comm));
@@ -444,7 +425,7 @@ void run_case(RankLog &log, hoop_comm_t comm, cudaStream_t stream, int rank,
   // Pageable memory: this copy blocks the thread until the stream reaches
   // it, behind the collective (a host-function gate deadlocked here).
   std::vector<char> got(out_n * esz + 1);
-  cudaMemcpyAsync(got.data(), out, out_n * esz, cudaMemcpyDeviceToHost,
+  cudaMemcpyAsync(got.data(), p.out, out_n * esz, cudaMemcpyDeviceToHost,
                   stream);
   cudaError_t e = cudaStreamSynchronize(stream);
   if (e != cudaSuccess) {

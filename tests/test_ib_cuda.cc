@@ -110,31 +110,10 @@ void device_call(RankLog &log, hoop_comm_t comm, RankDevice &d, int rank,
   std::string what = std::string(coll_name(c.coll)) + " of " +
                      std::to_string(c.count) +
                      (c.in_place ? " in place" : " out of place");
-  float *send = d.send + 1, *recv = d.recv + 1;
-  float *in = send, *out = recv;
-  size_t in_first = 0, in_n = total, out_n = total;
-  switch (c.coll) {
-  case Coll::AllReduce:
-  case Coll::Broadcast:
-  case Coll::Reduce:
-    if (c.in_place)
-      in = out;
-    break;
-  case Coll::ReduceScatter:
-    if (c.in_place)
-      out = send + (size_t)rank * c.count;
-    out_n = c.count;
-    break;
-  case Coll::AllGather:
-    in_first = (size_t)rank * c.count;
-    in_n = c.count;
-    if (c.in_place)
-      in = recv + in_first;
-    break;
-  case Coll::AllToAll:
-    break;
-  }
-  fill_input(d.host_in, HOOP_F32, HOOP_SUM, c.seed, rank, in_first, in_n);
+  Placement p = place(c.coll, c.in_place, (char *)(d.send + 1),
+                      (char *)(d.recv + 1), esz, c.count, total, rank);
+  fill_input(d.host_in, HOOP_F32, HOOP_SUM, c.seed, rank, p.in_first,
+             p.in_n);
   if (!cuda_ok(log,
                cudaMemsetAsync(d.send, kCanary, (total + 2) * esz, d.stream),
                what + ": cudaMemsetAsync") ||
@@ -142,11 +121,11 @@ void device_call(RankLog &log, hoop_comm_t comm, RankDevice &d, int rank,
                cudaMemsetAsync(d.recv, kCanary, (total + 2) * esz, d.stream),
                what + ": cudaMemsetAsync") ||
       !cuda_ok(log,
-               cudaMemcpyAsync(in, d.host_in, in_n * esz,
+               cudaMemcpyAsync(p.in, d.host_in, p.in_n * esz,
                                cudaMemcpyHostToDevice, d.stream),
                what + ": copying the input in"))
     return;
-  hoop_result_t res = call_coll(comm, c.coll, in, out, c.count, HOOP_F32,
+  hoop_result_t res = call_coll(comm, c.coll, p.in, p.out, c.count, HOOP_F32,
                                 HOOP_SUM, c.root, d.stream);
   if (res != HOOP_SUCCESS) {
     log.fail("%s: %s: %s", what.c_str(), hoop_result_name(res),
@@ -158,7 +137,7 @@ void device_call(RankLog &log, hoop_comm_t comm, RankDevice &d, int rank,
   size_t recv_n = c.coll == Coll::ReduceScatter ? c.count : total;
   const float *guards[] = {d.send, d.send + send_n + 1, d.recv,
                            d.recv + recv_n + 1};
-  cudaError_t e = cudaMemcpyAsync(d.host_out, out, out_n * esz,
+  cudaError_t e = cudaMemcpyAsync(d.host_out, p.out, recv_n * esz,
                                   cudaMemcpyDeviceToHost, d.stream);
   for (int g = 0; g < 4 && e == cudaSuccess; g++)
     e = cudaMemcpyAsync(d.host_guards + g, guards[g], esz,

@@ -193,16 +193,8 @@ def rank_main(rank, n, gloo):
     for case in CASES:
         before = hoop_calls()
         case(c, dev)
-        if n > 1 and hoop_calls() <= before:
-            c.failures.append(f"{case.__name__}: hoop's counters did not "
-                              "move: the calls did not go through hoop")
-    for f in c.failures:
-        print(f"rank {rank}: {f}", flush=True)
-    if rank == 0:
-        print(f"rank 0: {c.compared} results compared on "
-              f"{torch.cuda.get_device_name(dev)}, {len(c.failures)} differ",
-              flush=True)
-    return not c.failures
+        c.through_hoop(case.__name__, before)
+    return c.report(f" on {torch.cuda.get_device_name(dev)}")
 
 
 def skip_reason():

@@ -102,6 +102,23 @@ class Check:
                 f"{got.flatten()[:6].tolist()}, reference {want.dtype} "
                 f"{list(want.shape)} {want.flatten()[:6].tolist()}")
 
+    def through_hoop(self, name, before):
+        """hoop's counters moved since `before` (one rank counts nothing):
+        the calls went through hoop, not around it."""
+        if self.n > 1 and hoop_calls() <= before:
+            self.failures.append(f"{name}: hoop's counters did not move: "
+                                 "the calls did not go through hoop")
+
+    def report(self, where=""):
+        """Prints this rank's failures, and on rank 0 how many results were
+        compared; whether none failed."""
+        for f in self.failures:
+            print(f"rank {self.rank}: {f}", flush=True)
+        if self.rank == 0:
+            print(f"rank 0: {self.compared} results compared{where}, "
+                  f"{len(self.failures)} differ", flush=True)
+        return not self.failures
+
     def moved(self, name, got, want):
         """Data only moved, never computed on: exactly equal."""
         self.same(name, got, want, exact=True)
@@ -367,8 +384,7 @@ def case_async_overlap(c):
 def case_barrier_and_errors(c):
     before = hoop_calls()
     dist.barrier()
-    if c.n > 1 and hoop_calls() <= before:
-        c.failures.append("barrier: hoop's counters did not move")
+    c.through_hoop("barrier", before)
     try:
         dist.all_reduce(torch.ones(3, dtype=torch.int32), op=R.BAND)
         c.failures.append("BAND: no error")
@@ -451,18 +467,11 @@ def rank_main(rank, n, gloo):
     for case in CASES + [case_p2p]:
         before = hoop_calls()
         case(c)
-        # Sends and receives have communicators of their own, not counted;
-        # one rank moves nothing, so counts nothing.
-        if n > 1 and case is not case_p2p and hoop_calls() <= before and (
-                case is not case_premul_sum or premul_sum is not None):
-            c.failures.append(f"{case.__name__}: hoop's counters did not "
-                              "move: the calls did not go through hoop")
-    for f in c.failures:
-        print(f"rank {rank}: {f}", flush=True)
-    if rank == 0:
-        print(f"rank 0: {c.compared} results compared, "
-              f"{len(c.failures)} differ", flush=True)
-    return not c.failures
+        # Sends and receives have communicators of their own, not counted.
+        if case is not case_p2p and (case is not case_premul_sum
+                                     or premul_sum is not None):
+            c.through_hoop(case.__name__, before)
+    return c.report()
 
 
 if __name__ == "__main__":
