@@ -324,8 +324,11 @@ def summary(a, runs, ceilings, cores):
     placement = "in-place" if a.in_place else "out-of-place"
     lines = [
         f"Ceilings: single-thread memcpy {ceilings.get('memcpy_GBps', '?')} "
-        f"GB/s, one loopback TCP stream "
-        f"{ceilings.get('tcp_loopback_GBps', '?')} GB/s.",
+        f"GB/s, memcpy on every core at once "
+        f"{ceilings.get('memcpy_all_GBps', '?')} GB/s per core, one "
+        f"loopback TCP stream {ceilings.get('tcp_loopback_GBps', '?')} GB/s; "
+        f"a cache line's round trip between two cores "
+        f"{ceilings.get('core_rtt_ns', '?')} ns.",
         "",
         f"All-reduce float32 sum, {placement}; time = median over "
         f"{a.repeats} repeats of each run's median (us); busbw GB/s "
@@ -352,17 +355,24 @@ def summary(a, runs, ceilings, cores):
             cells += cell_ratio(t["hoop"], t["gloo"])
             lines.append("| " + " | ".join(cells) + " |")
     memcpy = ceilings.get("memcpy_GBps")
+    memcpy_all = ceilings.get("memcpy_all_GBps")
     if a.transport == "shm" and memcpy:
         top = expected_sizes(a)[-1]
         lines += ["", f"hoop's busbw at {human(top)} as a fraction of the "
-                  f"single-thread memcpy ceiling ({memcpy} GB/s):"]
+                  f"single-thread memcpy ceiling ({memcpy} GB/s) and of "
+                  f"memcpy on every core at once ({memcpy_all} GB/s per "
+                  "core; with a rank per core, every rank reads its input "
+                  "and writes its result while the others do):"]
         for ranks in a.ranks:
             t = [x for x in per_repeat_times(runs, "hoop", ranks, top,
                                              a.repeats) if x]
             if t:
                 bw = busbw(top, statistics.median(t), ranks)
-                lines.append(f"- {ranks} ranks: {bw:.2f} GB/s = "
-                             f"{bw / float(memcpy):.2f} of memcpy")
+                line = (f"- {ranks} ranks: {bw:.2f} GB/s = "
+                        f"{bw / float(memcpy):.2f} of memcpy")
+                if memcpy_all:
+                    line += f", {bw / float(memcpy_all):.2f} of all cores'"
+                lines.append(line)
     if any(r > cores for r in a.ranks):
         lines += ["", f"\\* more ranks than the {cores} cores of this "
                   "machine: small sizes measure scheduling as much as the "
