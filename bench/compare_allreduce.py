@@ -48,6 +48,7 @@ class Run:
     stderr: str = ""
     times: dict = field(default_factory=dict)  # size -> median time (us)
     problems: list = field(default_factory=list)
+    rtt_ns: float = None  # a cache line's round trip just after (shm)
 
 
 def parse_size(text):
@@ -263,6 +264,18 @@ def run_ceilings(bins, timeout):
     return out + err, values, None if ok else f"hoop-ceilings failed (rc {rc})"
 
 
+def round_trip_ns(bins, timeout):
+    """A cache line's round trip between two cores now, or None. On a VM
+    it tells where the host runs the CPUs: this project's measured 50-60
+    ns and 310-360 ns minutes apart, and shm all-reduce at 64 MiB took 3.5
+    times as long with the second."""
+    rc, out, _, _ = execute([str(bins["hoop-ceilings"]), "--rtt"], timeout)
+    for line in out.splitlines():
+        if rc == 0 and line.startswith("ceiling core_rtt_ns="):
+            return float(line.partition("=")[2])
+    return None
+
+
 def rotate(items, k):
     """items from the k-th on, then the rest: each repeat of an interleaved
     schedule starts with another peer, so that none always runs first or
@@ -283,9 +296,12 @@ def run_all(a, bins):
                 run.rc, run.stdout, run.stderr, run.seconds = execute(
                     run.argv, a.timeout)
                 judge(run, a)
+                if a.transport == "shm":
+                    run.rtt_ns = round_trip_ns(bins, a.timeout)
                 status = "ok" if not run.problems else "; ".join(run.problems)
+                rtt = "" if run.rtt_ns is None else f"  rtt {run.rtt_ns:.0f} ns"
                 print(f"[{ranks} ranks, repeat {rep}/{a.repeats}] {peer:4s} "
-                      f"{run.seconds:6.1f} s  {status}", file=sys.stderr)
+                      f"{run.seconds:6.1f} s  {status}{rtt}", file=sys.stderr)
                 runs.append(run)
     return runs
 
@@ -373,6 +389,17 @@ def summary(a, runs, ceilings, cores):
                 if memcpy_all:
                     line += f", {bw / float(memcpy_all):.2f} of all cores'"
                 lines.append(line)
+    if a.transport == "shm":
+        lines += ["", "A cache line's round trip between two cores just "
+                  "after each run, ns, by repeat (on a VM, where the host "
+                  "runs the CPUs; a shm run is only as fast as its "
+                  "hand-overs):"]
+        for ranks in a.ranks:
+            for p in PEERS:
+                trips = [r.rtt_ns for r in sorted(runs, key=lambda r: r.repeat)
+                         if r.peer == p and r.ranks == ranks]
+                lines.append(f"- {ranks} ranks, {p}: " + ", ".join(
+                    "?" if t is None else f"{t:.0f}" for t in trips))
     if any(r > cores for r in a.ranks):
         lines += ["", f"\\* more ranks than the {cores} cores of this "
                   "machine: small sizes measure scheduling as much as the "
