@@ -18,6 +18,11 @@
 #include "conn_pair.h"
 #include "harness.h"
 
+extern "C" {
+#include "core/param.h"
+#include "transport/shm.h"
+}
+
 using hooptest::RankLog;
 using hooptest::ScopedEnv;
 using hooptest::RunResult;
@@ -169,7 +174,8 @@ TEST(Topology, UnknownTransportIsRefusedByName) {
 TEST(Shm, BadRingGeometryIsRefusedByName) {
   for (const char *setting :
        {"HOOP_SHM_SLOTS=1", "HOOP_SHM_SLOTS=65", "HOOP_SHM_SLOT_BYTES=100",
-        "HOOP_SHM_SLOT_BYTES=5000", "HOOP_SHM_SLOT_BYTES=128M"}) {
+        "HOOP_SHM_SLOT_BYTES=5000", "HOOP_SHM_SLOT_BYTES=128M",
+        "HOOP_SHM_STORES=fast"}) {
     hooptest::ShellOutput out = run_shell(std::string(setting) + " " +
                                           HOOP_RUN_PATH + " -n 2 " +
                                           HOOP_EXAMPLE_PATH);
@@ -179,6 +185,32 @@ TEST(Shm, BadRingGeometryIsRefusedByName) {
     EXPECT_NE(out.text.find("invalid argument"), std::string::npos)
         << out.text;
   }
+}
+
+// Which pieces go into the FIFO around the caches, from HOOP_SHM_STORES
+// and the two ranks' last-level cache ids (-1: sysfs gave none).
+TEST(Shm, StoresFollowTheSettingAndTheCaches) {
+  EXPECT_EQ(hoop__parse_shm_stores(nullptr), HOOP_SHM_STORES_AUTO);
+  EXPECT_EQ(hoop__parse_shm_stores("auto"), HOOP_SHM_STORES_AUTO);
+  EXPECT_EQ(hoop__parse_shm_stores("Plain"), HOOP_SHM_STORES_PLAIN);
+  EXPECT_EQ(hoop__parse_shm_stores("NT"), HOOP_SHM_STORES_NT);
+  for (const char *bad : {"", "fast", "nt ", "1", "non-temporal"})
+    EXPECT_EQ(hoop__parse_shm_stores(bad), -1) << bad;
+  const size_t around = HOOP_SHM_AROUND_BYTES;
+  struct {
+    int stores, self, peer;
+    size_t from;
+  } table[] = {
+      {HOOP_SHM_STORES_AUTO, 0, 0, 0},      {HOOP_SHM_STORES_AUTO, 0, 1, around},
+      {HOOP_SHM_STORES_AUTO, 3, 2, around}, {HOOP_SHM_STORES_AUTO, -1, 1, 0},
+      {HOOP_SHM_STORES_AUTO, 1, -1, 0},     {HOOP_SHM_STORES_AUTO, -1, -1, 0},
+      {HOOP_SHM_STORES_PLAIN, 0, 1, 0},     {HOOP_SHM_STORES_PLAIN, 0, 0, 0},
+      {HOOP_SHM_STORES_NT, 0, 0, around},   {HOOP_SHM_STORES_NT, -1, -1, around},
+  };
+  for (const auto &t : table)
+    EXPECT_EQ(hoop__shm_around_from(t.stores, t.self, t.peer), t.from)
+        << "stores " << t.stores << ", caches " << t.self << " and "
+        << t.peer;
 }
 
 TEST(Shm, SegmentsAreUnlinkedOnceMapped) {
@@ -229,18 +261,29 @@ TEST(Shm, StreamsStayAlignedAcrossOddMessagesAndWraps) {
 }
 
 // Calls from HOOP_COLD_BYTES on (set here: by default it follows the
-// machine's cache) are received with non-temporal stores: every byte must
-// still land, whatever the destination's alignment
-// (the stores need 16 bytes, so the head and tail go through memcpy) and
-// however the slots cut the stream: 256 KiB slots, and two 4 KiB ones,
-// whose pieces end at odd places as the ring wraps.
-class ShmRing : public ::testing::TestWithParam<const char *> {};
+// machine's cache) are received with non-temporal stores, and with
+// HOOP_SHM_STORES=nt pieces from 64 KiB are written into the FIFO with
+// them: every byte must still land, whatever the alignments (the stores
+// need 16 bytes, so the head and tail go through memcpy) and however the
+// slots cut the stream: 256 KiB slots, and two 4 KiB ones, whose pieces
+// end at odd places as the ring wraps.
+struct RingCase {
+  const char *slot_bytes;
+  const char *stores;
+};
+
+void PrintTo(const RingCase &c, std::ostream *os) {
+  *os << c.slot_bytes << "-byte slots, " << c.stores << " stores";
+}
+
+class ShmRing : public ::testing::TestWithParam<RingCase> {};
 
 TEST_P(ShmRing, LargeCallsLandWhole) {
   ScopedEnv cold("HOOP_COLD_BYTES", "1M");
-  ScopedEnv slot("HOOP_SHM_SLOT_BYTES", GetParam());
-  ScopedEnv slots("HOOP_SHM_SLOTS", strcmp(GetParam(), "4096") == 0 ? "2"
-                                                                   : "8");
+  ScopedEnv slot("HOOP_SHM_SLOT_BYTES", GetParam().slot_bytes);
+  ScopedEnv slots("HOOP_SHM_SLOTS",
+                  strcmp(GetParam().slot_bytes, "4096") == 0 ? "2" : "8");
+  ScopedEnv stores("HOOP_SHM_STORES", GetParam().stores);
   RunResult r = run_ranks(3, [](RankLog &log, hoop_comm_t comm, int rank,
                                 int nranks) {
     const size_t per_rank = (2u << 20) + 7;  // 6 MiB + 21 bytes gathered
@@ -276,10 +319,13 @@ TEST_P(ShmRing, LargeCallsLandWhole) {
   EXPECT_TRUE(r.all_ok()) << hooptest::describe(r);
 }
 
-INSTANTIATE_TEST_SUITE_P(Slots, ShmRing, ::testing::Values("262144", "4096"),
-                         [](const ::testing::TestParamInfo<const char *> &p) {
-                           return std::string("slot") + p.param;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Slots, ShmRing,
+    ::testing::Values(RingCase{"262144", "plain"}, RingCase{"4096", "plain"},
+                      RingCase{"262144", "nt"}),
+    [](const ::testing::TestParamInfo<RingCase> &p) {
+      return std::string("slot") + p.param.slot_bytes + "_" + p.param.stores;
+    });
 
 TEST(Shm, ManyCommunicatorsLeakNoSegmentsFdsOrMappings) {
   RunResult r = run_ranks(3, [](RankLog &log, hoop_comm_t comm, int rank,

@@ -280,6 +280,10 @@ static hoop_result_t apply_config(struct hoop_comm *comm,
     return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
                       "HOOP_SHM_SLOTS=%lld is outside 2..64",
                       (long long)slots);
+  if (hoop__parse_shm_stores(hoop__param_shm_stores()) < 0)
+    return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
+                      "HOOP_SHM_STORES=%s is not auto, plain or nt",
+                      hoop__param_shm_stores());
   return HOOP_SUCCESS;
 }
 

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -31,6 +32,16 @@ int hoop__parse_size(const char *text, int64_t *value) {
     return -1;
   *value = (int64_t)v << shift;
   return 0;
+}
+
+int hoop__parse_shm_stores(const char *text) {
+  if (text == NULL || strcasecmp(text, "auto") == 0)
+    return HOOP_SHM_STORES_AUTO;
+  if (strcasecmp(text, "plain") == 0)
+    return HOOP_SHM_STORES_PLAIN;
+  if (strcasecmp(text, "nt") == 0)
+    return HOOP_SHM_STORES_NT;
+  return -1;
 }
 
 static int64_t param_read(const char *env, int64_t def) {

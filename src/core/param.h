@@ -38,6 +38,7 @@
   X(algo, "HOOP_ALGO", NULL)                                                 \
   X(socket_ifname, "HOOP_SOCKET_IFNAME", NULL)                              \
   X(transport, "HOOP_TRANSPORT", NULL)                                      \
+  X(shm_stores, "HOOP_SHM_STORES", NULL)                                    \
   X(ib_hca, "HOOP_IB_HCA", NULL)                                             \
   X(ib_gid_index, "HOOP_IB_GID_INDEX", NULL)                                 \
   X(ib_timeout, "HOOP_IB_TIMEOUT", NULL)                                     \
@@ -59,5 +60,15 @@ HOOP_STRING_PARAMS(HOOP_STRING_PARAM_DECLARE_)
  * Returns 0 on success, -1 when `text` is not such a number.
  */
 int hoop__parse_size(const char *text, int64_t *value);
+
+/* HOOP_SHM_STORES: how the shm transport writes into its FIFO. */
+enum hoop_shm_stores {
+  HOOP_SHM_STORES_AUTO,  /* around the caches when the ranks share none */
+  HOOP_SHM_STORES_PLAIN, /* through the caches */
+  HOOP_SHM_STORES_NT     /* around them (non-temporal stores) */
+};
+
+/* NULL (unset) is AUTO; -1 for text that is not auto, plain or nt. */
+int hoop__parse_shm_stores(const char *text);
 
 #endif /* HOOP_PARAM_H */

@@ -69,7 +69,11 @@ size_t hoop__fifo_send(struct hoop_fifo *f, const struct iovec *iov,
     size_t len = iov[i].iov_len;
     while (len > 0 && room > 0) {
       size_t n = piece(f, f->out_head, min_size(len, room));
-      memcpy(f->out_ring + f->out_head % f->ring, src, n);
+      char *dst = f->out_ring + f->out_head % f->ring;
+      if (f->around_from != 0 && n >= f->around_from)
+        hoop__copy_cold(dst, src, n);
+      else
+        memcpy(dst, src, n);
       f->out_head += n;
       f->signal->publish_head(f->ctx, f->out_head, n);
       src += n;

@@ -51,6 +51,13 @@ struct hoop_fifo {
   const uint64_t *in_head;
   const struct hoop_fifo_signal *signal;
   void *ctx;
+  /*
+   * Pieces from this many bytes go into the ring with non-temporal
+   * stores (0: never): where the two ranks do not share a cache, the
+   * reader's copies of the lines make each plain store a round trip to
+   * the other cache first (shm.c).
+   */
+  size_t around_from;
   uint64_t out_head; /* this rank's own positions */
   uint64_t in_tail;
   bool out_align; /* skip to a 64-byte boundary before the next write */
