@@ -229,14 +229,14 @@ static double core_rtt_ns(int *cpu_a, int *cpu_b)
 		return -1.0;
 	*cpu_a = cpus[0];
 	*cpu_b = cpus[1];
-	CPU_ZERO(&mine);
-	CPU_SET(cpus[0], &mine);
-	pthread_setaffinity_np(pthread_self(), sizeof mine, &mine);
 	/* A line of its own, and its neighbour (prefetched in pairs) too. */
 	_Atomic long *line = aligned_alloc(128, 128);
 
 	if (line == NULL)
 		return -1.0;
+	CPU_ZERO(&mine);
+	CPU_SET(cpus[0], &mine);
+	pthread_setaffinity_np(pthread_self(), sizeof mine, &mine);
 	for (int r = 0; r < RTT_REPS; r++) {
 		struct bouncer b = { .line = line, .cpu = cpus[1] };
 		pthread_t th;
@@ -245,6 +245,8 @@ static double core_rtt_ns(int *cpu_a, int *cpu_b)
 		atomic_store(line, 0);
 		if (pthread_create(&th, NULL, bounce, &b) != 0) {
 			free((void *)line);
+			pthread_setaffinity_np(pthread_self(), sizeof allowed,
+					       &allowed);
 			return -1.0;
 		}
 		/*
