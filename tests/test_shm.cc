@@ -20,7 +20,7 @@
 
 extern "C" {
 #include "core/param.h"
-#include "transport/shm.h"
+#include "transport/fifo.h"
 }
 
 using hooptest::RankLog;
@@ -187,30 +187,62 @@ TEST(Shm, BadRingGeometryIsRefusedByName) {
   }
 }
 
-// Which pieces go into the FIFO around the caches, from HOOP_SHM_STORES
-// and the two ranks' last-level cache ids (-1: sysfs gave none).
-TEST(Shm, StoresFollowTheSettingAndTheCaches) {
+TEST(Shm, StoresSettingParses) {
   EXPECT_EQ(hoop__parse_shm_stores(nullptr), HOOP_SHM_STORES_AUTO);
   EXPECT_EQ(hoop__parse_shm_stores("auto"), HOOP_SHM_STORES_AUTO);
   EXPECT_EQ(hoop__parse_shm_stores("Plain"), HOOP_SHM_STORES_PLAIN);
   EXPECT_EQ(hoop__parse_shm_stores("NT"), HOOP_SHM_STORES_NT);
   for (const char *bad : {"", "fast", "nt ", "1", "non-temporal"})
     EXPECT_EQ(hoop__parse_shm_stores(bad), -1) << bad;
-  const size_t around = HOOP_SHM_AROUND_BYTES;
-  struct {
-    int stores, self, peer;
-    size_t from;
-  } table[] = {
-      {HOOP_SHM_STORES_AUTO, 0, 0, 0},      {HOOP_SHM_STORES_AUTO, 0, 1, around},
-      {HOOP_SHM_STORES_AUTO, 3, 2, around}, {HOOP_SHM_STORES_AUTO, -1, 1, 0},
-      {HOOP_SHM_STORES_AUTO, 1, -1, 0},     {HOOP_SHM_STORES_AUTO, -1, -1, 0},
-      {HOOP_SHM_STORES_PLAIN, 0, 1, 0},     {HOOP_SHM_STORES_PLAIN, 0, 0, 0},
-      {HOOP_SHM_STORES_NT, 0, 0, around},   {HOOP_SHM_STORES_NT, -1, -1, around},
-  };
-  for (const auto &t : table)
-    EXPECT_EQ(hoop__shm_around_from(t.stores, t.self, t.peer), t.from)
-        << "stores " << t.stores << ", caches " << t.self << " and "
-        << t.peer;
+}
+
+// HOOP_SHM_STORES=auto's choice, fed the writer's costs per byte (ps) as
+// this VM measured them: near, plain 60 and around 75; far, 410 and 57.
+// Returns how many of `pieces` went around the caches.
+int feed(hoop_fifo_pace &pace, uint64_t plain, uint64_t around, int pieces,
+         bool *last = nullptr) {
+  int went_around = 0;
+  for (int i = 0; i < pieces; i++) {
+    bool a = hoop__fifo_pace_pick(&pace);
+    went_around += a;
+    hoop__fifo_pace_record(&pace, a, a ? around : plain);
+    if (last != nullptr)
+      *last = a;
+  }
+  return went_around;
+}
+
+TEST(Shm, TimedStoresKeepTheFasterWayAndFollowAMove) {
+  hoop_fifo_pace pace{};
+  // Near: plain throughout, but for the first try and ever rarer probes.
+  EXPECT_LE(feed(pace, 60, 75, 1000), 8);
+  EXPECT_FALSE(pace.around);
+  EXPECT_EQ(pace.probe_every, 256u);
+  // The host moves the CPUs apart: two slow pieces turn it.
+  EXPECT_EQ(feed(pace, 410, 57, 2), 0);
+  EXPECT_TRUE(pace.around);
+  int plain = 1000 - feed(pace, 410, 57, 1000);
+  EXPECT_LE(plain, 8) << "far, plain probes";
+  // And back: the next probe of plain finds it fast again.
+  bool last = true;
+  int pieces = 0;
+  while (last && pieces < 300) {
+    feed(pace, 60, 75, 1, &last);
+    pieces++;
+  }
+  EXPECT_FALSE(pace.around);
+  EXPECT_LE(pieces, 257) << "pieces before plain won back";
+}
+
+TEST(Shm, TimedStoresShrugOffOneSlowPiece) {
+  hoop_fifo_pace pace{};
+  feed(pace, 60, 75, 100);
+  ASSERT_FALSE(pace.around);
+  // A piece preempted for 4 ms: 4e9 ps over 256 KiB.
+  hoop__fifo_pace_record(&pace, false, 15000);
+  EXPECT_FALSE(pace.around);
+  EXPECT_LE(feed(pace, 60, 75, 500), 6);
+  EXPECT_FALSE(pace.around);
 }
 
 TEST(Shm, SegmentsAreUnlinkedOnceMapped) {
@@ -261,9 +293,10 @@ TEST(Shm, StreamsStayAlignedAcrossOddMessagesAndWraps) {
 }
 
 // Calls from HOOP_COLD_BYTES on (set here: by default it follows the
-// machine's cache) are received with non-temporal stores, and with
-// HOOP_SHM_STORES=nt pieces from 64 KiB are written into the FIFO with
-// them: every byte must still land, whatever the alignments (the stores
+// machine's cache) are received with non-temporal stores, and pieces
+// from 64 KiB are written into the FIFO with them under
+// HOOP_SHM_STORES=nt, and now and then under auto (the default, which
+// times both ways): every byte must still land, whatever the alignments (the stores
 // need 16 bytes, so the head and tail go through memcpy) and however the
 // slots cut the stream: 256 KiB slots, and two 4 KiB ones, whose pieces
 // end at odd places as the ring wraps.
@@ -322,7 +355,7 @@ TEST_P(ShmRing, LargeCallsLandWhole) {
 INSTANTIATE_TEST_SUITE_P(
     Slots, ShmRing,
     ::testing::Values(RingCase{"262144", "plain"}, RingCase{"4096", "plain"},
-                      RingCase{"262144", "nt"}),
+                      RingCase{"262144", "nt"}, RingCase{"262144", "auto"}),
     [](const ::testing::TestParamInfo<RingCase> &p) {
       return std::string("slot") + p.param.slot_bytes + "_" + p.param.stores;
     });

@@ -63,7 +63,7 @@ int hoop__parse_size(const char *text, int64_t *value);
 
 /* HOOP_SHM_STORES: how the shm transport writes into its FIFO. */
 enum hoop_shm_stores {
-  HOOP_SHM_STORES_AUTO,  /* around the caches when the ranks share none */
+  HOOP_SHM_STORES_AUTO,  /* each piece the way that times faster */
   HOOP_SHM_STORES_PLAIN, /* through the caches */
   HOOP_SHM_STORES_NT     /* around them (non-temporal stores) */
 };

@@ -4,7 +4,6 @@
  * how the engine waits).
  */
 #include "core/comm.h"
-#include "core/cpu_cache.h"
 #include "core/error.h"
 #include "core/types.h"
 #include "core/log.h"
@@ -204,6 +203,41 @@ void hoop__comm_log_banner(const struct hoop_comm *comm) {
 }
 
 /*
+ * The largest data cache of cpu0 as sysfs describes it ("32768K"), 0 if
+ * it cannot be read.  Not sysconf(_SC_LEVEL3_CACHE_SIZE): in this VM that
+ * says 320 MiB where sysfs says 32 MiB, shared by both cores.
+ */
+static size_t last_level_cache_bytes(void) {
+  size_t best = 0;
+  for (int i = 0; i < 8; i++) {
+    char path[80], type[32] = "", unit = 'B';
+    unsigned long long size = 0;
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d",
+             i);
+    size_t end = strlen(path);
+    snprintf(path + end, sizeof path - end, "/type");
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+      break;
+    int ok = fscanf(f, "%31s", type) == 1;
+    fclose(f);
+    if (!ok || strcmp(type, "Instruction") == 0)
+      continue;
+    snprintf(path + end, sizeof path - end, "/size");
+    if ((f = fopen(path, "r")) == NULL)
+      continue;
+    ok = fscanf(f, "%llu%c", &size, &unit) >= 1;
+    fclose(f);
+    if (!ok)
+      continue;
+    size <<= unit == 'K' ? 10 : unit == 'M' ? 20 : unit == 'G' ? 30 : 0;
+    if (size > best)
+      best = (size_t)size;
+  }
+  return best;
+}
+
+/*
  * From how many bytes a call's received data and out-of-place sums go
  * around the caches (hoop__copy_cold).  That pays once what the ranks on
  * this machine touch in a call, input and output each, no longer fits in
@@ -225,7 +259,7 @@ static void learn_cold_bytes(struct hoop_comm *comm, int sharing) {
     comm->cold_source = "HOOP_COLD_BYTES";
     return;
   }
-  size_t llc = hoop__llc_bytes();
+  size_t llc = last_level_cache_bytes();
   if (llc > 0) {
     comm->cold_bytes = llc / (2 * (size_t)(sharing > 0 ? sharing : 1));
     comm->cold_source = "the last-level cache over twice this machine's ranks";

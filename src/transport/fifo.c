@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/copy.h"
+#include "core/error.h"
 #include "transport/fifo.h"
 
 #define STREAM_ALIGN 64
@@ -59,6 +60,72 @@ void hoop__fifo_begin_stream(struct hoop_fifo *f, int send) {
     f->in_align = true;
 }
 
+#define PROBE_FIRST 16
+#define PROBE_MOST 256
+
+bool hoop__fifo_pace_pick(const struct hoop_fifo_pace *p) {
+  if (p->ps_per_byte[0] == 0)
+    return false;
+  if (p->ps_per_byte[1] == 0)
+    return true;
+  return p->until_probe == 0 ? !p->around : p->around;
+}
+
+void hoop__fifo_pace_record(struct hoop_fifo_pace *p, bool around,
+                            uint64_t ps_per_byte) {
+  bool timed_both = p->ps_per_byte[0] != 0 && p->ps_per_byte[1] != 0;
+  bool probe = timed_both && around != p->around;
+  uint64_t *avg = &p->ps_per_byte[around];
+  /*
+   * A probe's last value is stale by then: it is replaced.  The way in
+   * use is averaged, each piece counting at most thrice the average, so
+   * that one preempted piece cannot turn the choice, and two slow ones
+   * (the host moving the CPUs apart) do.
+   */
+  if (*avg == 0 || probe)
+    *avg = ps_per_byte;
+  else
+    *avg = (*avg + (ps_per_byte < 3 * *avg ? ps_per_byte : 3 * *avg)) / 2;
+  if (*avg == 0)
+    *avg = 1; /* 0 means not timed yet */
+  if (p->ps_per_byte[0] == 0 || p->ps_per_byte[1] == 0)
+    return;
+  bool was = p->around;
+  p->around = p->ps_per_byte[0] > 2 * p->ps_per_byte[1];
+  bool turned = !timed_both || p->around != was;
+  if (turned)
+    p->probe_every = PROBE_FIRST;
+  else if (probe)
+    p->probe_every = p->probe_every * 2 > PROBE_MOST ? PROBE_MOST
+                                                     : p->probe_every * 2;
+  if (turned || probe)
+    p->until_probe = p->probe_every;
+  else if (p->until_probe > 0)
+    p->until_probe--;
+}
+
+/* One piece into the ring, the way f->stores says. */
+static void store_piece(struct hoop_fifo *f, char *dst, const char *src,
+                        size_t n) {
+  if (f->stores == HOOP_FIFO_PLAIN || n < HOOP_FIFO_PACED_BYTES) {
+    memcpy(dst, src, n);
+    return;
+  }
+  if (f->stores == HOOP_FIFO_AROUND) {
+    hoop__copy_cold(dst, src, n);
+    return;
+  }
+  bool around = hoop__fifo_pace_pick(&f->pace);
+  long long t0 = hoop__now_ns();
+  if (around)
+    hoop__copy_cold(dst, src, n);
+  else
+    memcpy(dst, src, n);
+  long long ns = hoop__now_ns() - t0;
+  hoop__fifo_pace_record(&f->pace, around,
+                         (uint64_t)(ns > 0 ? ns : 0) * 1000 / n);
+}
+
 size_t hoop__fifo_send(struct hoop_fifo *f, const struct iovec *iov,
                        int iovcnt) {
   size_t room = out_room(f), done = 0;
@@ -69,11 +136,7 @@ size_t hoop__fifo_send(struct hoop_fifo *f, const struct iovec *iov,
     size_t len = iov[i].iov_len;
     while (len > 0 && room > 0) {
       size_t n = piece(f, f->out_head, min_size(len, room));
-      char *dst = f->out_ring + f->out_head % f->ring;
-      if (f->around_from != 0 && n >= f->around_from)
-        hoop__copy_cold(dst, src, n);
-      else
-        memcpy(dst, src, n);
+      store_piece(f, f->out_ring + f->out_head % f->ring, src, n);
       f->out_head += n;
       f->signal->publish_head(f->ctx, f->out_head, n);
       src += n;

@@ -37,6 +37,48 @@ struct hoop_fifo_signal {
   void (*publish_tail)(void *ctx, uint64_t tail);
 };
 
+/*
+ * How the writer stores pieces of HOOP_FIFO_PACED_BYTES and more into the
+ * ring.  Plain stores leave the lines in this core's cache for the reader
+ * to take; where the two cores sit apart (another die or socket, or a VM's
+ * CPUs the host runs apart) each plain store first waits for the line the
+ * reader last held, and non-temporal stores, around the caches, are far
+ * faster although the reader then reads from memory.  Memory transports
+ * that choose leave it to timing (HOOP_FIFO_TIMED).
+ */
+enum hoop_fifo_stores {
+  HOOP_FIFO_PLAIN, /* the zero value: what ib's staging rings use */
+  HOOP_FIFO_AROUND,
+  HOOP_FIFO_TIMED /* each way timed, the faster kept (hoop_fifo_pace) */
+};
+
+#define HOOP_FIFO_PACED_BYTES (64 * 1024)
+
+/*
+ * HOOP_FIFO_TIMED's record, per direction, in picoseconds per byte the
+ * writer spent storing a piece (0 until timed).  Plain
+ * stays the choice unless it takes more than twice as long: from the
+ * writer's side, on this project's VM, plain took 50-67 ps/B and around
+ * 73-77 near, 400-424 and 56-60 far, and the whole call was 1.3-1.5 times
+ * slower around near and 3 times slower plain far
+ * (bench/results/2026-11-24-shm-ceiling-and-placement.md).  The other way
+ * is tried again after `probe_every` pieces, which doubles (16 to 256)
+ * each time it loses and starts over when it wins.
+ */
+struct hoop_fifo_pace {
+  uint64_t ps_per_byte[2]; /* [0] plain, [1] around */
+  uint32_t until_probe;
+  uint32_t probe_every;
+  bool around; /* the faster way now */
+};
+
+/* Which way the next piece goes: true for around the caches. */
+bool hoop__fifo_pace_pick(const struct hoop_fifo_pace *p);
+
+/* Records what a piece that went `around` (or not) cost, in ps/B. */
+void hoop__fifo_pace_record(struct hoop_fifo_pace *p, bool around,
+                            uint64_t ps_per_byte);
+
 struct hoop_fifo {
   size_t ring; /* bytes per direction, a multiple of slot */
   size_t slot; /* publish at least this often; a multiple of 64 */
@@ -51,13 +93,8 @@ struct hoop_fifo {
   const uint64_t *in_head;
   const struct hoop_fifo_signal *signal;
   void *ctx;
-  /*
-   * Pieces from this many bytes go into the ring with non-temporal
-   * stores (0: never): where the two ranks do not share a cache, the
-   * reader's copies of the lines make each plain store a round trip to
-   * the other cache first (shm.c).
-   */
-  size_t around_from;
+  enum hoop_fifo_stores stores;
+  struct hoop_fifo_pace pace;
   uint64_t out_head; /* this rank's own positions */
   uint64_t in_tail;
   bool out_align; /* skip to a 64-byte boundary before the next write */

@@ -27,9 +27,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/cpu_cache.h"
 #include "core/error.h"
-#include "core/log.h"
 #include "core/param.h"
 #include "transport/fifo.h"
 #include "transport/shm.h"
@@ -49,12 +47,6 @@ struct shm_fifo {
 struct shm_segment {
   uint64_t magic;
   uint64_t ring_bytes;
-  /*
-   * The last-level cache id of each rank's CPU as it connected, -1 if
-   * unknown; [0] the lower rank's, written before its offer, [1] the
-   * higher's, written before its answer.
-   */
-  int32_t llc[2];
   struct shm_fifo fifo[2]; /* [0] lower rank to higher, [1] back */
 };
 _Static_assert(sizeof(struct shm_segment) <= SHM_HEADER_BYTES,
@@ -289,8 +281,6 @@ static hoop_result_t create_segment(struct shm_conn *c,
   }
   c->seg->magic = SHM_MAGIC;
   c->seg->ring_bytes = o->ring_bytes;
-  c->seg->llc[0] = hoop__llc_id();
-  c->seg->llc[1] = -1;
   return HOOP_SUCCESS;
 }
 
@@ -360,31 +350,7 @@ static hoop_result_t open_segment(struct shm_conn *c,
     res = HOOP_ERROR(NULL, HOOP_ERR_MISMATCH,
                      "shared memory segment %s from %s has a bad header",
                      name, c->base.peer_desc);
-  if (res == HOOP_SUCCESS)
-    c->seg->llc[1] = hoop__llc_id();
   return res;
-}
-
-/*
- * Writing the FIFO around the caches.  In this project's VM the host runs
- * the two CPUs near (a cache line's round trip 50-70 ns) or far apart
- * (310-360 ns), and far, a plain store into a ring line that the other
- * core read last waits for that line: 64 MiB all-reduce took a third of
- * the time with non-temporal stores for pieces from 64 KiB, and 1.3-1.5
- * times near, where the reader then reads from memory what it would have
- * found in cache (bench/results/2026-11-24-shm-ceiling-and-placement.md).
- * The VM's sysfs shows one cache either way; a host's dies and sockets
- * show as different last-level caches, which is what AUTO goes by.
- */
-size_t hoop__shm_around_from(int stores, int llc_self, int llc_peer) {
-  switch (stores) {
-  case HOOP_SHM_STORES_NT: return HOOP_SHM_AROUND_BYTES;
-  case HOOP_SHM_STORES_PLAIN: return 0;
-  default:
-    return llc_self >= 0 && llc_peer >= 0 && llc_self != llc_peer
-               ? HOOP_SHM_AROUND_BYTES
-               : 0;
-  }
 }
 
 /* Slot and ring sizes from the environment (checked when the comm was made). */
@@ -470,17 +436,11 @@ static hoop_result_t shm_connect(const struct hoop_conn_setup *setup,
   c->fifo.signal = &shm_signal;
   c->fifo.ctx = c;
   /* The setting was checked when the communicator was made. */
-  int llc_self = c->seg->llc[lower ? 0 : 1];
-  int llc_peer = c->seg->llc[lower ? 1 : 0];
-  c->fifo.around_from = hoop__shm_around_from(
-      hoop__parse_shm_stores(hoop__param_shm_stores()), llc_self, llc_peer);
-  if (c->fifo.around_from != 0)
-    HOOP_INFO("shm to %s: pieces from %zu bytes go into the FIFO around the "
-              "caches (HOOP_SHM_STORES=%s; last-level caches %d here, %d "
-              "there)",
-              c->base.peer_desc, c->fifo.around_from,
-              hoop__param_shm_stores() ? hoop__param_shm_stores() : "auto",
-              llc_self, llc_peer);
+  switch (hoop__parse_shm_stores(hoop__param_shm_stores())) {
+  case HOOP_SHM_STORES_PLAIN: c->fifo.stores = HOOP_FIFO_PLAIN; break;
+  case HOOP_SHM_STORES_NT: c->fifo.stores = HOOP_FIFO_AROUND; break;
+  default: c->fifo.stores = HOOP_FIFO_TIMED; break;
+  }
   *out = &c->base;
   return HOOP_SUCCESS;
 out_close:

@@ -1,8 +1,7 @@
 /*
  * The one message of the shm transport that crosses between processes:
- * the segment the lower rank offers over the set-up socket, and the
- * choice of stores into the FIFO.  Apart from shm.c so that the fuzz
- * target (tests/fuzz) and the unit tests can reach them.
+ * the segment the lower rank offers over the set-up socket.  Apart from
+ * shm.c so that its fuzz target (tests/fuzz) can reach the parser.
  */
 #ifndef HOOP_SHM_H
 #define HOOP_SHM_H
@@ -28,16 +27,5 @@ struct hoop_shm_offer {
 bool hoop__shm_offer_parse(const void *bytes, size_t len,
                            struct hoop_shm_offer *out, char *why,
                            size_t why_len);
-
-/* Pieces from this size go around the caches where shm_around_from says. */
-#define HOOP_SHM_AROUND_BYTES (64 * 1024)
-
-/*
- * From how many bytes a piece written into the FIFO goes around the
- * caches (0: never), given HOOP_SHM_STORES (enum hoop_shm_stores) and the
- * last-level cache ids of the two ranks' CPUs when they connected (-1:
- * unknown).  AUTO: when both are known and differ.
- */
-size_t hoop__shm_around_from(int stores, int llc_self, int llc_peer);
 
 #endif /* HOOP_SHM_H */
