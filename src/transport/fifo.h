@@ -56,11 +56,11 @@ enum hoop_fifo_stores {
 
 /*
  * HOOP_FIFO_TIMED's record, per direction, in picoseconds per byte the
- * writer spent storing a piece (0 until timed).  Plain
- * stays the choice unless it takes more than twice as long: from the
- * writer's side, on this project's VM, plain took 50-67 ps/B and around
- * 73-77 near, 400-424 and 56-60 far, and the whole call was 1.3-1.5 times
- * slower around near and 3 times slower plain far
+ * writer spent storing a piece (0 until timed).  Plain stays the choice
+ * unless it takes more than twice as long: from the writer's side, on
+ * this project's VM, plain took 50-67 ps/B and around 73-84 near, 400-424
+ * and 56-60 far, and the whole call was 1.3-1.5 times slower around near
+ * and 3 times slower plain far
  * (bench/results/2026-11-24-shm-ceiling-and-placement.md).  The other way
  * is tried again after `probe_every` pieces, which doubles (16 to 256)
  * each time it loses and starts over when it wins.
