@@ -293,13 +293,13 @@ TEST(Shm, StreamsStayAlignedAcrossOddMessagesAndWraps) {
 }
 
 // Calls from HOOP_COLD_BYTES on (set here: by default it follows the
-// machine's cache) are received with non-temporal stores, and pieces
-// from 64 KiB are written into the FIFO with them under
-// HOOP_SHM_STORES=nt, and now and then under auto (the default, which
-// times both ways): every byte must still land, whatever the alignments (the stores
-// need 16 bytes, so the head and tail go through memcpy) and however the
-// slots cut the stream: 256 KiB slots, and two 4 KiB ones, whose pieces
-// end at odd places as the ring wraps.
+// machine's cache) are received with non-temporal stores, and pieces from
+// 64 KiB are written into the FIFO with them under HOOP_SHM_STORES=nt, and
+// now and then under auto (the default, which times both ways): every
+// byte must still land, whatever the alignments (the stores need 16
+// bytes, so the head and tail go through memcpy) and however the slots
+// cut the stream: 256 KiB slots, and two 4 KiB ones, whose pieces end at
+// odd places as the ring wraps.
 struct RingCase {
   const char *slot_bytes;
   const char *stores;
