@@ -381,20 +381,48 @@ static void say_culprit(struct text *t, struct hoop_comm *comm, int p,
         a->where.wait_for);
 }
 
-/* No rank is stopped or elsewhere: who waits for whom. */
+/* The rank p waits on (-1: none or not known), and whether to send. */
+static int waits_on(const struct hoop_comm *comm, const struct asked *asked,
+                    int p, int *send) {
+  if (p == comm->rank) {
+    *send = comm->wait_send;
+    return comm->wait_for;
+  }
+  if (asked[p].step != ANSWERED)
+    return -1;
+  *send = asked[p].where.wait_send;
+  return asked[p].where.wait_for;
+}
+
+/*
+ * No rank is stopped or elsewhere: who waits for whom.  Two ranks that
+ * each wait for the other's data in the same call lost the link between
+ * them (a peer's RDMA endpoints gone while its process still answers),
+ * which neither side sees as an error: a program whose two ranks both
+ * receive first fails earlier, at the call's header.  Both are named, so
+ * the ranks that wait on them learn where the fault is
+ * (IbFailures.ADeadRankFailsEveryOtherRanksCallNamingIt, when the others
+ * time out before the rank that waits on the dead one).
+ */
 static void say_waits(struct text *t, const struct hoop_comm *comm,
                       const struct asked *asked, const char *call) {
   say(t, "the ranks that answered are all in %s #%llu or later; waiting:",
       call, (unsigned long long)comm->seq);
   for (int p = 0; p < comm->nranks; p++) {
-    if (p != comm->rank && asked[p].step != ANSWERED)
-      continue;
-    int on = p == comm->rank ? comm->wait_for : asked[p].where.wait_for;
-    int send = p == comm->rank ? comm->wait_send : asked[p].where.wait_send;
+    int send = 0, on = waits_on(comm, asked, p, &send);
     if (on >= 0)
       say(t, " %d%s%d", p, send ? "=>" : "<=", on);
   }
   say(t, " (=> to send, <= for data)");
+  for (int p = 0; p < comm->nranks; p++) {
+    int send_p = 0, send_q = 0, q = waits_on(comm, asked, p, &send_p);
+    if (q <= p || q >= comm->nranks || send_p)
+      continue;
+    if (waits_on(comm, asked, q, &send_q) == p && !send_q)
+      say(t, "; rank %d and rank %d wait for data from each other: the "
+             "link between them broke or lost bytes",
+          p, q);
+  }
 }
 
 /* Names up to three ranks of class `c`; how many there were. */
