@@ -296,6 +296,40 @@ TEST(MixedPlacement, LargeRingAllReduceAvgOddRanksOutOfPlace) {
   EXPECT_TRUE(r.all_ok()) << describe(r);
 }
 
+// A large out-of-place ring all-reduce reduces its last reduce-scatter step
+// a few hundred bytes at a time and streams each block to recv around the
+// caches (core/engine.c).  Every dtype and op, each a little over 1 MiB
+// (HOOP_COLD_BYTES) with counts that split unevenly and, for the narrow
+// dtypes, recv at an odd address, must match the reference to the element.
+class LargeOutOfPlace : public ::testing::TestWithParam<int> {};
+
+TEST_P(LargeOutOfPlace, RingAllReduceEveryDtypeAndOpStreamsEveryElement) {
+  ScopedEnv cold("HOOP_COLD_BYTES", "1M");
+  RunOptions opt;
+  opt.timeout_s = 240;
+  RunResult r = run_ranks(
+      GetParam(),
+      [](RankLog &log, hoop_comm_t comm, int rank, int nranks) {
+        RANK_EXPECT_OK(log, comm, hoop_comm_set_algo(comm, HOOP_ALGO_RING));
+        uint64_t seed = 5000;
+        for (int t = 0; t < HOOP_DTYPE_COUNT && log.ok(); t++) {
+          size_t count = (1u << 20) / hoop_dtype_size((hoop_dtype_t)t) +
+                         (size_t)(2 * nranks + 1);
+          for (int op = 0; op < HOOP_OP_COUNT && log.ok(); op++)
+            run_case(log, comm, rank, nranks,
+                     {Coll::AllReduce, (hoop_dtype_t)t, (hoop_op_t)op, count,
+                      false, 0, false, seed++});
+        }
+      },
+      opt);
+  EXPECT_TRUE(r.all_ok()) << describe(r);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, LargeOutOfPlace, ::testing::Values(2, 3),
+                         [](const ::testing::TestParamInfo<int> &p) {
+                           return std::to_string(p.param) + "ranks";
+                         });
+
 TEST(AlgoSelection, UnselectableAlgorithmsAreRejectedAndCommStaysUsable) {
   RunResult r = run_ranks(2, [](RankLog &log, hoop_comm_t comm, int,
                                 int nranks) {

@@ -13,13 +13,14 @@
 #endif
 
 /*
- * memcpy with non-temporal stores: they skip reading each destination
- * line in before overwriting it (a third of the memory traffic of a plain
- * copy) and leave the caches to data that is read again.  The fence
- * orders them before whatever tells another thread the data is there.
- * Plain memcpy where SSE2 is missing.
+ * memcpy with non-temporal stores, unordered: they skip reading each
+ * destination line in before overwriting it (a third of the memory
+ * traffic of a plain copy) and leave the caches to data that is read
+ * again.  A run of these ends with hoop__cold_fence, which orders them
+ * before whatever tells another thread the data is there.  Plain memcpy
+ * where SSE2 is missing.
  */
-static inline void hoop__copy_cold(char *dst, const char *src, size_t n) {
+static inline void hoop__stream_cold(char *dst, const char *src, size_t n) {
 #if defined(__SSE2__)
   size_t head = (16 - ((uintptr_t)dst & 15)) & 15;
   if (n >= head + 64) {
@@ -38,13 +39,23 @@ static inline void hoop__copy_cold(char *dst, const char *src, size_t n) {
       _mm_stream_si128((__m128i *)(dst + i + 32), c);
       _mm_stream_si128((__m128i *)(dst + i + 48), d);
     }
-    _mm_sfence();
     dst += i;
     src += i;
     n -= i;
   }
 #endif
   memcpy(dst, src, n);
+}
+
+static inline void hoop__cold_fence(void) {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
+}
+
+static inline void hoop__copy_cold(char *dst, const char *src, size_t n) {
+  hoop__stream_cold(dst, src, n);
+  hoop__cold_fence();
 }
 
 #endif /* HOOP_COPY_H */
