@@ -7,68 +7,26 @@ MASTER_PORT set (bench/train_vs_ddp.py does it); rank 0 prints one JSON line
 per epoch.
 """
 import argparse
-import gzip
 import json
-import os
+import sys
 import time
+from pathlib import Path
 
-import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data.distributed import DistributedSampler
 
-# The trainer's normalisation (src/train/dataset.h).
-MEAN, STD = 0.2860, 0.3530
-
-
-def read_idx(path):
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rb") as f:
-        raw = f.read()
-    ndims = raw[3]
-    dims = [int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big")
-            for i in range(ndims)]
-    return np.frombuffer(raw, np.uint8, offset=4 + 4 * ndims).reshape(dims)
-
-
-def load(data, prefix, limit):
-    def path(kind):
-        p = os.path.join(data, f"{prefix}-{kind}")
-        return p if os.path.exists(p) else p + ".gz"
-    x = read_idx(path("images-idx3-ubyte"))
-    y = read_idx(path("labels-idx1-ubyte"))
-    if limit:
-        x, y = x[:limit], y[:limit]
-    x = (torch.from_numpy(x.reshape(len(x), -1).astype(np.float32)) / 255.0
-         - MEAN) / STD
-    return x, torch.from_numpy(y.astype(np.int64))
-
-
-class Net(nn.Module):
-    """The CNN of PyTorch's MNIST example, as hoop-train --model cnn has it."""
-
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 10, kernel_size=5)
-        self.conv2 = nn.Conv2d(10, 20, kernel_size=5)
-        self.conv2_drop = nn.Dropout2d()
-        self.fc1 = nn.Linear(320, 50)
-        self.fc2 = nn.Linear(50, 10)
-
-    def forward(self, x):
-        x = x.view(-1, 1, 28, 28)
-        x = F.relu(F.max_pool2d(self.conv1(x), 2))
-        x = F.relu(F.max_pool2d(self.conv2_drop(self.conv2(x)), 2))
-        x = F.relu(self.fc1(x.flatten(1)))
-        x = F.dropout(x, training=self.training)
-        return self.fc2(x)
+# The data and the CNN of the example (normalised as src/train/dataset.h
+# does), so that this peer trains what the example and hoop-train train.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "docs" /
+                       "examples"))
+from ddp_mnist import CNN, load  # noqa: E402
 
 
 def mlp(widths):
-    layers = []
+    layers = [nn.Flatten()]
     for i in range(len(widths) - 1):
         layers.append(nn.Linear(widths[i], widths[i + 1]))
         if i + 2 < len(widths):
@@ -95,8 +53,8 @@ def main():
     rank, world = dist.get_rank(), dist.get_world_size()
     x, y = load(a.data, "train", a.train_limit)
     tx, ty = load(a.data, "t10k", 0)
-    net = Net() if a.model == "cnn" else mlp(
-        [x.shape[1]] + [int(w) for w in a.hidden.split(",")] + [10])
+    net = CNN() if a.model == "cnn" else mlp(
+        [x[0].numel()] + [int(w) for w in a.hidden.split(",")] + [10])
     model = DistributedDataParallel(net)
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
     loss_fn = nn.CrossEntropyLoss()
