@@ -50,10 +50,11 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compare_allreduce import Run as Launch  # noqa: E402
 from compare_allreduce import (  # noqa: E402
     execute, failures_of, fenced, finish, human, machine_info_basic,
     parse_rows, parse_size, parser_with_build, report_body, run_ceilings,
@@ -89,20 +90,11 @@ class Port:
 
 
 @dataclass
-class Run:
-    """One launch: ib_write_bw's client (its server kept in `server`) or
-    hoop-bench under hoop-run, with what it printed and its figure."""
-    peer: str  # "ib_write_bw", or the collective hoop ran
-    size: int
-    repeat: int
-    argv: list
-    rc: int = 0
-    seconds: float = 0.0
-    stdout: str = ""
-    stderr: str = ""
+class Run(Launch):
+    """One launch on 2 ranks: ib_write_bw's client (its server kept in
+    `server`) or hoop-bench under hoop-run, with its figure."""
+    size: int = 0
     gbps: float = None  # line rate, or hoop's busbw; None if none parsed
-    times: dict = field(default_factory=dict)  # hoop-bench: size -> us
-    problems: list = field(default_factory=list)
     server: tuple = None  # ib_write_bw: (argv, exit status, output)
 
 
@@ -358,7 +350,7 @@ def run_write_bw(a, ports, size, repeat):
     server_argv = write_bw_argv(ports[0], size, a.iters, tcp_port)
     client_argv = write_bw_argv(ports[-1], size, a.iters, tcp_port) + [
         NETNS_ROOT if a.netns else "127.0.0.1"]
-    run = Run("ib_write_bw", size, repeat, client_argv)
+    run = Run("ib_write_bw", 2, repeat, client_argv, size=size)
     t0 = time.monotonic()
     server = subprocess.Popen(server_argv, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True,
@@ -422,7 +414,8 @@ def hoop_argv(a, bins, ports, coll, size):
 
 
 def run_hoop(a, bins, ports, coll, size, repeat):
-    run = Run(coll, size, repeat, hoop_argv(a, bins, ports, coll, size))
+    run = Run(coll, 2, repeat, hoop_argv(a, bins, ports, coll, size),
+              size=size)
     run.rc, run.stdout, run.stderr, run.seconds = execute(run.argv,
                                                           a.timeout)
     if run.rc != 0:
