@@ -20,6 +20,15 @@ __attribute__((format(printf, 3, 4))) static bool refuse(char *why,
   return false;
 }
 
+/* Copies a message of exactly `size` bytes out of the buffer it came in. */
+static bool take(void *out, size_t size, const void *bytes, size_t len,
+                 const char *what, char *why, size_t why_len) {
+  if (len != size)
+    return refuse(why, why_len, "%s of %zu bytes, not %zu", what, len, size);
+  memcpy(out, bytes, size);
+  return true;
+}
+
 /* Copies text of at most `len` bytes, cut at its first NUL and to `cap`,
    with control characters made visible, since it ends up in logs. */
 static void copy_text(char *dst, size_t cap, const char *src, size_t len) {
@@ -93,10 +102,8 @@ bool hoop__peer_info_parse(const void *bytes, int32_t rank,
 bool hoop__hello_parse(const void *bytes, size_t len, struct hoop_hello *out,
                        char *why, size_t why_len) {
   struct hoop_hello h;
-  if (len != sizeof h)
-    return refuse(why, why_len, "a hello of %zu bytes, not %zu", len,
-                  sizeof h);
-  memcpy(&h, bytes, sizeof h);
+  if (!take(&h, sizeof h, bytes, len, "a hello", why, why_len))
+    return false;
   if (h.magic != HOOP_WIRE_MAGIC || h.version != HOOP_WIRE_VERSION)
     return refuse(why, why_len,
                   "not a hoop hello of this protocol version (magic "
@@ -128,10 +135,8 @@ static bool known_result(int32_t status) {
 bool hoop__reply_parse(const void *bytes, size_t len, struct hoop_reply *out,
                        char *why, size_t why_len) {
   struct hoop_reply r;
-  if (len != sizeof r)
-    return refuse(why, why_len, "a reply of %zu bytes, not %zu", len,
-                  sizeof r);
-  memcpy(&r, bytes, sizeof r);
+  if (!take(&r, sizeof r, bytes, len, "a reply", why, why_len))
+    return false;
   if (!known_result(r.status))
     return refuse(why, why_len, "a reply with status %d", r.status);
   out->status = r.status;
@@ -160,10 +165,8 @@ bool hoop__handshake_parse(const void *bytes, size_t len, int32_t nranks,
                            struct hoop_handshake *out, char *why,
                            size_t why_len) {
   struct hoop_handshake h;
-  if (len != sizeof h)
-    return refuse(why, why_len, "a handshake of %zu bytes, not %zu", len,
-                  sizeof h);
-  memcpy(&h, bytes, sizeof h);
+  if (!take(&h, sizeof h, bytes, len, "a handshake", why, why_len))
+    return false;
   if (h.magic != HOOP_WIRE_MAGIC || h.version != HOOP_WIRE_VERSION)
     return refuse(why, why_len,
                   "not a hoop handshake of this protocol version (magic "
@@ -189,10 +192,8 @@ bool hoop__whereabouts_parse(const void *bytes, size_t len, int32_t nranks,
                              struct hoop_whereabouts *out, char *why,
                              size_t why_len) {
   struct hoop_whereabouts w;
-  if (len != sizeof w)
-    return refuse(why, why_len, "whereabouts of %zu bytes, not %zu", len,
-                  sizeof w);
-  memcpy(&w, bytes, sizeof w);
+  if (!take(&w, sizeof w, bytes, len, "whereabouts", why, why_len))
+    return false;
   if (w.magic != HOOP_WIRE_MAGIC)
     return refuse(why, why_len, "whereabouts with magic %08x", w.magic);
   if (w.state >= HOOP_AT_COUNT || w.wait_for < -1 || w.wait_for >= nranks ||
@@ -216,10 +217,8 @@ bool hoop__wire_header_parse(const void *bytes, size_t len,
                              struct hoop_wire_header *out, char *why,
                              size_t why_len) {
   struct hoop_wire_header h;
-  if (len != sizeof h)
-    return refuse(why, why_len, "a header of %zu bytes, not %zu", len,
-                  sizeof h);
-  memcpy(&h, bytes, sizeof h);
+  if (!take(&h, sizeof h, bytes, len, "a header", why, why_len))
+    return false;
   if (h.magic != HOOP_WIRE_MAGIC || h.version != HOOP_WIRE_VERSION)
     return refuse(why, why_len,
                   "expected a header (magic %08x, version %u) and got "
