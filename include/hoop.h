@@ -100,8 +100,9 @@ typedef enum hoop_algo {
   HOOP_ALGO_TREE = 2,
   HOOP_ALGO_PS = 3,
   HOOP_ALGO_P2P = 4, /* send/recv and all-to-all; not selectable */
-  /* CUDA IPC all-reduce where every rank reduces the whole buffer; chosen
-     by HOOP_CUDA_IPC_ONESHOT_BYTES, not selectable */
+  /* All-reduce where every rank reduces the whole buffer: CUDA IPC's, by
+     HOOP_CUDA_IPC_ONESHOT_BYTES, and AUTO's on 2 ranks up to
+     HOOP_ONESHOT_BYTES; not selectable */
   HOOP_ALGO_ONESHOT = 5,
   HOOP_ALGO_COUNT
 } hoop_algo_t;

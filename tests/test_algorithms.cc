@@ -330,6 +330,90 @@ INSTANTIATE_TEST_SUITE_P(Ranks, LargeOutOfPlace, ::testing::Values(2, 3),
                            return std::to_string(p.param) + "ranks";
                          });
 
+// ---- One-shot all-reduce of 2 ranks ----------------------------------------
+
+uint64_t oneshot_calls(RankLog &log, hoop_comm_t comm) {
+  hoop_stats_t st = HOOP_STATS_INIT;
+  RANK_EXPECT_OK(log, comm, hoop_comm_get_stats(comm, &st));
+  return st.by_coll[HOOP_COLL_ALLREDUCE][HOOP_ALGO_ONESHOT].calls;
+}
+
+// AUTO runs 2 ranks' all-reduces up to HOOP_ONESHOT_BYTES (set here) one
+// shot and larger ones otherwise; a forced algorithm and 3 ranks never.
+TEST(OneShot, AutoTakesItOnTwoRanksUpToTheThresholdOnly) {
+  ScopedEnv limit("HOOP_ONESHOT_BYTES", "64K");
+  for (int n : {2, 3}) {
+    RunResult r = run_ranks(n, [](RankLog &log, hoop_comm_t comm, int rank,
+                                  int nranks) {
+      const size_t at_limit = (64u << 10) / sizeof(float);
+      struct {
+        hoop_algo_t setting;
+        size_t count;
+        bool one_shot;
+      } cases[] = {{HOOP_ALGO_AUTO, 0, nranks == 2},
+                   {HOOP_ALGO_AUTO, 1, nranks == 2},
+                   {HOOP_ALGO_AUTO, at_limit, nranks == 2},
+                   {HOOP_ALGO_AUTO, at_limit + 1, false},
+                   {HOOP_ALGO_RING, 1000, false},
+                   {HOOP_ALGO_PS, 1000, false}};
+      uint64_t seed = 6000;
+      for (const auto &c : cases) {
+        RANK_EXPECT_OK(log, comm, hoop_comm_set_algo(comm, c.setting));
+        for (bool in_place : {false, true}) {
+          uint64_t before = oneshot_calls(log, comm);
+          run_case(log, comm, rank, nranks,
+                   {Coll::AllReduce, HOOP_F32, HOOP_SUM, c.count, in_place, 0,
+                    false, seed++});
+          uint64_t ran = oneshot_calls(log, comm) - before;
+          RANK_EXPECT(log, ran == (c.one_shot ? 1u : 0u),
+                      "%s, %zu floats %s: %llu one-shot calls",
+                      hoop_algo_name(c.setting), c.count,
+                      in_place ? "in place" : "out of place",
+                      (unsigned long long)ran);
+        }
+      }
+    });
+    EXPECT_TRUE(r.all_ok()) << n << " ranks: " << describe(r);
+  }
+}
+
+// Each rank of the one shot computes peer op own, the other own op peer.
+// Arbitrary bits (NaNs with payloads, signed zeros, infinities, integers
+// that overflow) must still give both ranks the same bits, for every dtype
+// and op, which the reference tests, comparing values, would not see.
+TEST(OneShot, BothRanksGetTheSameBitsForEveryDtypeAndOp) {
+  RunResult r = run_ranks(2, [](RankLog &log, hoop_comm_t comm, int rank,
+                                int) {
+    const size_t bytes = 4096;
+    uint64_t x = 0x9e3779b97f4a7c15ull * (uint64_t)(rank + 1);
+    std::vector<unsigned char> input(bytes);
+    for (unsigned char &b : input) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      b = (unsigned char)x;
+    }
+    for (int t = 0; t < HOOP_DTYPE_COUNT; t++) {
+      for (int op = 0; op < HOOP_OP_COUNT; op++) {
+        size_t count = bytes / hoop_dtype_size((hoop_dtype_t)t);
+        std::vector<unsigned char> out(bytes), both(2 * bytes);
+        RANK_EXPECT_OK(log, comm,
+                       hoop_allreduce(comm, input.data(), out.data(), count,
+                                      (hoop_dtype_t)t, (hoop_op_t)op,
+                                      nullptr));
+        RANK_EXPECT_OK(log, comm,
+                       hoop_allgather(comm, out.data(), both.data(), bytes,
+                                      HOOP_U8, nullptr));
+        RANK_EXPECT(log, memcmp(both.data(), both.data() + bytes, bytes) == 0,
+                    "%s %s: the two ranks' results differ",
+                    hoop_dtype_name((hoop_dtype_t)t),
+                    hoop_op_name((hoop_op_t)op));
+      }
+    }
+    RANK_EXPECT(log, oneshot_calls(log, comm) == HOOP_DTYPE_COUNT * HOOP_OP_COUNT,
+                "not every call ran one shot");
+  });
+  EXPECT_TRUE(r.all_ok()) << describe(r);
+}
+
 TEST(AlgoSelection, UnselectableAlgorithmsAreRejectedAndCommStaysUsable) {
   RunResult r = run_ranks(2, [](RankLog &log, hoop_comm_t comm, int,
                                 int nranks) {

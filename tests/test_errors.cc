@@ -245,6 +245,9 @@ TEST(Errors, SilentRankTimesOutNamingIt) {
   RunResult r = run_ranks(
       2,
       [](RankLog &log, hoop_comm_t comm, int rank, int) {
+        // The ring's second hand-over, which a peer that gave up never
+        // makes; the one-shot schedule's case is OneShotLateRank below.
+        RANK_EXPECT_OK(log, comm, hoop_comm_set_algo(comm, HOOP_ALGO_RING));
         float x = 1;
         if (rank == 1)
           std::this_thread::sleep_for(std::chrono::milliseconds(3000));
@@ -406,6 +409,44 @@ void out_of_memory_case(bool alltoall) {
   EXPECT_TRUE(r.all_ok()) << describe(r);
 }
 
+// A one-shot all-reduce (2 ranks, small: oneshot.c) hands data over once,
+// so a rank that comes late may find all it needs already sent by a peer
+// that has since given up.  It may then return the right sum (or, where
+// the peer's end is gone before it sends, an error naming it); never a
+// wrong sum or a hang, and its next call fails naming the peer.
+TEST(Errors, OneShotLateRankGetsTheSumOrTheErrorThenTheErrorNamingThePeer) {
+  hoop_config_t cfg = HOOP_CONFIG_INIT;
+  cfg.timeout_ms = 1000;
+  RunOptions opt;
+  opt.config = &cfg;
+  RunResult r = run_ranks(
+      2,
+      [](RankLog &log, hoop_comm_t comm, int rank, int) {
+        float x = 1;
+        if (rank == 0) {
+          hoop_result_t res =
+              hoop_allreduce(comm, &x, &x, 1, HOOP_F32, HOOP_SUM, nullptr);
+          RANK_EXPECT(log, res == HOOP_ERR_TIMEOUT, "got %s: %s",
+                      hoop_result_name(res), hoop_comm_last_error(comm));
+          return;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+        hoop_result_t res =
+            hoop_allreduce(comm, &x, &x, 1, HOOP_F32, HOOP_SUM, nullptr);
+        if (res == HOOP_SUCCESS)
+          RANK_EXPECT(log, x == 2, "the late rank's sum is %g", x);
+        else
+          RANK_EXPECT(log, mentions(comm, "rank 0 ("), "%s: %s",
+                      hoop_result_name(res), hoop_comm_last_error(comm));
+        res = hoop_allreduce(comm, &x, &x, 1, HOOP_F32, HOOP_SUM, nullptr);
+        RANK_EXPECT(log, res != HOOP_SUCCESS && mentions(comm, "rank 0"),
+                    "the next call: %s: %s", hoop_result_name(res),
+                    hoop_comm_last_error(comm));
+      },
+      opt);
+  EXPECT_TRUE(r.all_ok()) << describe(r);
+}
+
 TEST(Errors, OutOfMemoryBuildingACollectiveFailsEveryRankAtOnce) {
   out_of_memory_case(false);
 }
@@ -423,6 +464,9 @@ TEST(Errors, AbortFromAnotherThreadEndsABlockedCall) {
   RunResult r = run_ranks(
       2,
       [](RankLog &log, hoop_comm_t comm, int rank, int) {
+        // As in SilentRankTimesOutNamingIt: the ring needs the aborted
+        // rank's second hand-over.
+        RANK_EXPECT_OK(log, comm, hoop_comm_set_algo(comm, HOOP_ALGO_RING));
         float x = 1;
         if (rank == 1) {
           std::this_thread::sleep_for(std::chrono::milliseconds(1500));

@@ -207,16 +207,21 @@ int main(void) {
              m.host_shm ? "; over shm a byte reduced costs 1.5 copied" : "");
     else
       printf("links at %.0f MB/s (HOOP_LINK_MBPS)\n", 1e-6 / m.link_beta_s);
-    printf("# predicted all-reduce time (us); AUTO picks the smallest\n");
-    printf("# %12s %12s %12s %12s %6s\n", "bytes", "ring", "tree", "ps",
+    printf("# predicted all-reduce time (us); AUTO picks the smallest, or "
+           "on 2 ranks up to HOOP_ONESHOT_BYTES the one-shot schedule\n");
+    printf("# %12s %12s %12s %12s %7s\n", "bytes", "ring", "tree", "ps",
            "auto");
     for (size_t bytes = 1024; bytes <= ((size_t)256 << 20); bytes *= 4) {
       double ring = predict(comm, HOOP_ALGO_RING, bytes);
       double tree = predict(comm, HOOP_ALGO_TREE, bytes);
       double ps = predict(comm, HOOP_ALGO_PS, bytes);
       double best = predict(comm, HOOP_ALGO_AUTO, bytes);
-      const char *pick = best == ring ? "ring" : best == tree ? "tree" : "ps";
-      printf("  %12zu %12.1f %12.1f %12.1f %6s\n", bytes, ring * 1e6,
+      /* The one-shot schedule of 2 ranks is AUTO's only, not a column. */
+      const char *pick = best == ring   ? "ring"
+                         : best == tree ? "tree"
+                         : best == ps   ? "ps"
+                                        : hoop_algo_name(HOOP_ALGO_ONESHOT);
+      printf("  %12zu %12.1f %12.1f %12.1f %7s\n", bytes, ring * 1e6,
              tree * 1e6, ps * 1e6, pick);
     }
     printf("# predicted crossovers:\n");

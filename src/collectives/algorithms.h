@@ -45,6 +45,10 @@ void hoop__tree_allreduce_load(int nranks, int *max_sent, int *max_reduced);
 hoop_result_t hoop__ps_build(struct hoop_plan *plan,
                              const struct hoop_call *call);
 
+/* Two ranks, each reducing the whole buffer: allreduce (oneshot.c). */
+hoop_result_t hoop__oneshot_build(struct hoop_plan *plan,
+                                  const struct hoop_call *call);
+
 /* Pipelined chain from (broadcast) or to (reduce) the root. */
 hoop_result_t hoop__chain_build(struct hoop_plan *plan,
                                 const struct hoop_call *call);

@@ -192,6 +192,7 @@ static hoop_result_t build(struct hoop_plan *plan, const struct hoop_call *c) {
   switch (c->algo) {
   case HOOP_ALGO_TREE: return hoop__tree_build(plan, c);
   case HOOP_ALGO_PS: return hoop__ps_build(plan, c);
+  case HOOP_ALGO_ONESHOT: return hoop__oneshot_build(plan, c);
   default: return build_ring(plan, c);
   }
 }

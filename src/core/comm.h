@@ -63,6 +63,7 @@ struct hoop_comm {
   size_t slice_bytes;
   size_t sockbuf_bytes;
   size_t pipeline_bytes; /* outbox budget per channel */
+  size_t oneshot_bytes;  /* 2 ranks: AUTO's one-shot all-reduce up to this */
   long long spin_ns;     /* busy-poll this long before yielding */
   long long yield_ns;    /* then yield the core this long before sleeping */
   /*

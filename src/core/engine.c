@@ -229,10 +229,12 @@ static void reduce_streamed(const struct hoop_plan *p,
                             const char *in, size_t m) {
   size_t esz = p->elem_size;
   const char *local = o->src + o->done;
+  const char *x = o->local_first ? local : in;
+  const char *y = o->local_first ? in : local;
   char *out = o->copy_to + o->done;
   for (size_t b = 0; b < m; b += STREAM_BLOCK_BYTES) {
     size_t len = min_size(STREAM_BLOCK_BYTES, m - b);
-    hoop__reduce(dst + b, in + b, local + b, len / esz, p->dtype, p->op);
+    hoop__reduce(dst + b, x + b, y + b, len / esz, p->dtype, p->op);
     if (o->finish_avg)
       hoop__reduce_div(dst + b, len / esz, p->dtype, p->comm->nranks);
     hoop__stream_cold(out + b, dst + b, len);
@@ -258,7 +260,9 @@ static hoop_result_t recv_reduce(struct hoop_plan *p, struct hoop_link *l,
     if (o->copy_to != NULL) {
       reduce_streamed(p, o, dst, in, m);
     } else {
-      hoop__reduce(dst, in, o->src + o->done, m / esz, p->dtype, p->op);
+      const char *local = o->src + o->done;
+      hoop__reduce(dst, o->local_first ? local : in,
+                   o->local_first ? in : local, m / esz, p->dtype, p->op);
       if (o->finish_avg)
         hoop__reduce_div(dst, m / esz, p->dtype, p->comm->nranks);
     }

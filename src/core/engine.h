@@ -81,6 +81,13 @@ enum hoop_op_kind {
 struct hoop_plan_op {
   uint8_t kind;
   uint8_t finish_avg; /* divide dst by nranks once reduced */
+  /*
+   * RECV_REDUCE: dst = local op received, rather than received op local.
+   * Ranks that compute the same result apart put the operands in the same
+   * order, which keeps their bits equal where an op is not (a NaN's
+   * payload in a sum comes from its first operand).
+   */
+  uint8_t local_first;
   uint32_t bytes;     /* at most one slice */
   const char *src;    /* SEND: the bytes; RECV_REDUCE: the local operand */
   char *dst;          /* RECV_*: where the result goes */

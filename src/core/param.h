@@ -15,6 +15,7 @@
   X(slice_bytes, "HOOP_SLICE_BYTES", 256 * 1024)                             \
   X(sockbuf_bytes, "HOOP_SOCKBUF_BYTES", 4 * 1024 * 1024)                   \
   X(pipeline_bytes, "HOOP_PIPELINE_BYTES", 4 * 1024 * 1024)                 \
+  X(oneshot_bytes, "HOOP_ONESHOT_BYTES", 256 * 1024)                        \
   X(cold_bytes, "HOOP_COLD_BYTES", 0)                                        \
   X(spin_us, "HOOP_SPIN_US", 5)                                             \
   X(yield_us, "HOOP_YIELD_US", 2000)                                        \
