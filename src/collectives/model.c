@@ -156,10 +156,11 @@ hoop_algo_t hoop__choose_algo(const struct hoop_comm *comm,
   /*
    * AUTO (and PS for broadcast/reduce, which it does not apply to).  Two
    * ranks hand small calls over once (oneshot.c).  The model, which has no
-   * term for a hand-over between cores, cannot place the cut: measured on
-   * 2 ranks, one shot took 0.7 of the ring's time at 4 KiB over shm and
-   * 0.5 over TCP, the same at 64-256 KiB over shm and 0.8 over TCP, and
-   * lost from 2 MiB over TCP (1.05-1.2).
+   * term for a hand-over between cores, cannot place the cut: on 2 ranks,
+   * against what AUTO ran before, one shot took 0.74-0.77 of the time at
+   * 1-16 KiB over shm and 0.47-0.58 over TCP, 0.89-1.04 at 64-256 KiB over
+   * shm and 0.80-1.00 over TCP, and lost from 2 MiB over TCP (1.03-1.25;
+   * bench/results/2026-11-24-oneshot-ab.md).
    */
   if (coll == HOOP_COLL_ALLREDUCE && comm->nranks == 2 &&
       bytes <= comm->oneshot_bytes)
