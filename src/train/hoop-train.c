@@ -330,7 +330,7 @@ static double model_bytes(hoop_algo_t algo, int nranks, double k) {
     return 2.0 * (nranks - 1) * k / nranks;
   if (algo == HOOP_ALGO_PS)
     return (nranks - 1) * k;
-  if (algo == HOOP_ALGO_ONESHOT) /* CUDA IPC: every peer reads it whole */
+  if (algo == HOOP_ALGO_ONESHOT) /* every peer gets it whole */
     return (nranks - 1) * k;
   return -1.0;
 }
