@@ -214,32 +214,31 @@ static hoop_result_t recv_copy(struct hoop_plan *p, struct hoop_link *l,
 }
 
 /*
- * A result that also goes to copy_to around the caches is reduced and
- * copied a few lines at a time under one fence, so that each block's
- * non-temporal stores issue while the next block's loads are in flight.
- * Copying the piece after reducing all of it cost a pass of its own: 64
- * MiB out of place on 2 ranks over shm took 9.5-9.8 ms that way, against
- * 8.6-8.7 in blocks of 256 bytes (1 KiB 8.8-9.0, 4 KiB 9.2-9.5), and a
- * fence per block more than doubled it.
+ * dst = x op y over m bytes.  A result that also goes to copy_to around
+ * the caches is reduced and copied a few lines at a time under one fence,
+ * so that each block's non-temporal stores issue while the next block's
+ * loads are in flight.  Copying the piece after reducing all of it cost a
+ * pass of its own: 64 MiB out of place on 2 ranks over shm took 9.5-9.8 ms
+ * that way, against 8.6-8.7 in blocks of 256 bytes (1 KiB 8.8-9.0, 4 KiB
+ * 9.2-9.5), and a fence per block more than doubled it.
  */
 #define STREAM_BLOCK_BYTES 256
 
-static void reduce_streamed(const struct hoop_plan *p,
-                            const struct hoop_plan_op *o, char *dst,
-                            const char *in, size_t m) {
+static void reduce_op(const struct hoop_plan *p, const struct hoop_plan_op *o,
+                      char *dst, const char *x, const char *y, size_t m) {
   size_t esz = p->elem_size;
-  const char *local = o->src + o->done;
-  const char *x = o->local_first ? local : in;
-  const char *y = o->local_first ? in : local;
-  char *out = o->copy_to + o->done;
-  for (size_t b = 0; b < m; b += STREAM_BLOCK_BYTES) {
-    size_t len = min_size(STREAM_BLOCK_BYTES, m - b);
+  char *out = o->copy_to != NULL ? o->copy_to + o->done : NULL;
+  size_t block = out != NULL ? STREAM_BLOCK_BYTES : m;
+  for (size_t b = 0; b < m; b += block) {
+    size_t len = min_size(block, m - b);
     hoop__reduce(dst + b, x + b, y + b, len / esz, p->dtype, p->op);
     if (o->finish_avg)
       hoop__reduce_div(dst + b, len / esz, p->dtype, p->comm->nranks);
-    hoop__stream_cold(out + b, dst + b, len);
+    if (out != NULL)
+      hoop__stream_cold(out + b, dst + b, len);
   }
-  hoop__cold_fence();
+  if (out != NULL)
+    hoop__cold_fence();
 }
 
 static hoop_result_t recv_reduce(struct hoop_plan *p, struct hoop_link *l,
@@ -256,16 +255,11 @@ static hoop_result_t recv_reduce(struct hoop_plan *p, struct hoop_link *l,
     size_t m = min_size(avail, o->bytes - o->done) / esz * esz;
     if (m == 0)
       break;
-    char *dst = o->dst + o->done;
-    if (o->copy_to != NULL) {
-      reduce_streamed(p, o, dst, in, m);
-    } else {
-      const char *local = o->src + o->done;
-      hoop__reduce(dst, o->local_first ? local : in,
-                   o->local_first ? in : local, m / esz, p->dtype, p->op);
-      if (o->finish_avg)
-        hoop__reduce_div(dst, m / esz, p->dtype, p->comm->nranks);
-    }
+    const char *local = o->src + o->done;
+    if (o->local_first)
+      reduce_op(p, o, o->dst + o->done, local, in, m);
+    else
+      reduce_op(p, o, o->dst + o->done, in, local, m);
     l->conn->ops->release(l->conn, m);
     in = (const char *)in + m;
     avail -= m;
