@@ -21,8 +21,13 @@ from pathlib import Path
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
 
-ROOT = Path(__file__).resolve().parent.parent
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+# Installed at the top of site-packages, where Python runs it at start-up;
+# see _hoop_torch_autoload.py.
+AUTOLOAD = "hoop_torch-autoload.pth"
 
 
 class CMakeBuild(build_ext):
@@ -46,6 +51,15 @@ class CMakeBuild(build_ext):
         shutil.copy2(build / "python" / "hoop_torch" / module, target)
 
 
+class BuildPy(build_py):
+    """The modules, and the .pth file beside them."""
+
+    def run(self):
+        super().run()
+        self.copy_file(str(HERE / AUTOLOAD),
+                       str(Path(self.build_lib) / AUTOLOAD))
+
+
 def version():
     text = (ROOT / "CMakeLists.txt").read_text()
     return re.search(r"project\(hoop VERSION ([0-9.]+)", text).group(1)
@@ -55,6 +69,7 @@ setup(name="hoop_torch",
       version=version(),
       description="hoop as a torch.distributed backend",
       packages=["hoop_torch"],
+      py_modules=["_hoop_torch_autoload"],
       ext_modules=[Extension("hoop_torch._C", sources=[])],
-      cmdclass={"build_ext": CMakeBuild},
+      cmdclass={"build_ext": CMakeBuild, "build_py": BuildPy},
       python_requires=">=3.8")

@@ -2,8 +2,8 @@
 """Data-parallel training with PyTorch DDP, as in PyTorch's DDP tutorial:
 one process per rank, a DistributedSampler giving each rank its share of
 Fashion-MNIST, DistributedDataParallel averaging the gradients, SGD. The
-backend is one word: --backend gloo or --backend hoop (the only other
-change for hoop is `import hoop_torch`, which registers it).
+backend is one word: --backend gloo or --backend hoop (hoop_torch, once
+installed, registers "hoop" when torch is imported).
 
     torchrun --standalone --nproc_per_node 2 docs/examples/ddp_mnist.py --backend hoop
 
@@ -128,8 +128,10 @@ def evaluate(model, images, labels, rank, world):
 
 def main():
     args = parse_args()
-    if args.backend == "hoop":
-        import hoop_torch  # noqa: F401  (registers the backend "hoop")
+    if args.backend == "hoop" and not hasattr(dist.Backend, "HOOP"):
+        # Installed with pip, hoop_torch registered "hoop" as torch was
+        # imported; from a build tree (PYTHONPATH=build/python) it is not.
+        import hoop_torch  # noqa: F401
     torch.set_num_threads(args.threads)
     device = torch.device("cpu")
     if args.device == "cuda":

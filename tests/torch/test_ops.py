@@ -18,6 +18,7 @@ in hoop's own counters, so that a call that fell through to gloo cannot
 pass. The process exits non-zero naming each difference.
 """
 import sys
+import time
 import zlib
 from pathlib import Path
 
@@ -381,6 +382,29 @@ def case_async_overlap(c):
     c.same("async broadcast", b, ref)
 
 
+def case_async_unwaited(c):
+    """A call nobody waits for completes on its own: right after
+    synchronous calls (which their callers ran themselves, so the group's
+    thread looks at its queue on a timer) and after the group has idled
+    long enough for that timer to stop."""
+    for pause in (0.0, 0.05):
+        for _ in range(50):
+            dist.all_reduce(torch.ones(8))
+        time.sleep(pause)
+        x = make((1000,), torch.float32, c.rank, "unwaited", int(pause * 100))
+        t = x.clone()
+        w = dist.all_reduce(t, async_op=True)
+        deadline = time.monotonic() + 10
+        while not w.is_completed() and time.monotonic() < deadline:
+            time.sleep(0.001)
+        if not w.is_completed():
+            c.failures.append(f"an unwaited all_reduce {pause} s after "
+                              "synchronous calls did not complete in 10 s")
+        w.wait()
+        c.same(f"unwaited all_reduce after {pause} s", t,
+               c.gloo_reduce(x, R.SUM))
+
+
 def case_barrier_and_errors(c):
     before = hoop_calls()
     dist.barrier()
@@ -458,7 +482,8 @@ def case_p2p(c):
 CASES = [case_allreduce, case_premul_sum, case_allreduce_coalesced,
          case_broadcast, case_reduce, case_allgather,
          case_allgather_into_tensor, case_reduce_scatter, case_alltoall,
-         case_gather_scatter, case_async_overlap, case_barrier_and_errors,
+         case_gather_scatter, case_async_overlap, case_async_unwaited,
+         case_barrier_and_errors,
          case_sequence_number]
 
 
