@@ -1,8 +1,8 @@
 """hoop as a torch.distributed backend.
 
-Importing this package registers the backend "hoop"; then
+Importing this package registers the backend "hoop" (installed with pip,
+it is imported when torch is: _hoop_torch_autoload.py); then
 
-    import hoop_torch
     torch.distributed.init_process_group("hoop")
 
 works wherever init_process_group("gloo") does (torchrun, env://, tcp://,
