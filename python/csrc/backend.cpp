@@ -8,6 +8,7 @@
 #include <numeric>
 #include <thread>
 
+#include "sparse.hpp"
 #include "tensors.hpp"
 
 namespace hoop_torch {
@@ -258,6 +259,14 @@ WorkPtr HoopBackend::broadcast(std::vector<at::Tensor>& tensors,
 
 WorkPtr HoopBackend::allreduce(std::vector<at::Tensor>& tensors,
                                const c10d::AllreduceOptions& opts) {
+  if (tensors.size() == 1 && tensors[0].is_sparse()) {
+    const at::Tensor& t = tensors[0];
+    check_sparse_allreduce(t, opts.reduceOp);
+    return start(main_, OpType::ALLREDUCE, Stream::for_tensor(t, "allreduce"),
+                 {t}, [t, n = getSize()](const CallContext& c) {
+                   sparse_allreduce(c.comm, n, t);
+                 });
+  }
   const at::Tensor& t = single(tensors, "allreduce");
   Reduction red = reduction_for(opts.reduceOp, t.scalar_type(), "allreduce");
   return start(main_, OpType::ALLREDUCE, Stream::for_tensor(t, "allreduce"),

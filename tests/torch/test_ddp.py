@@ -4,7 +4,8 @@
     PYTHONPATH=<build>/python /usr/bin/python3 tests/torch/test_ddp.py NPROCS
 
 On each rank, the models of docs/examples/ddp_mnist.py (the MLP and the
-CNN, with one parameter that forward never uses) are trained for a few SGD
+CNN) and one whose embedding has sparse gradients, each with one
+parameter that forward never uses, are trained for a few SGD
 steps twice from the same start and on the same batches: once with DDP on
 the hoop group, once on a gloo group. DDP runs with find_unused_parameters
 and 50 KB gradient buckets (several all-reduces per step, overlapping the
@@ -47,12 +48,29 @@ class WithUnused(nn.Module):
         return self.body(x)
 
 
+class SparseEmbedding(nn.Module):
+    """A model with sparse gradients: an image's first pixels pick rows of
+    an nn.Embedding(sparse=True), whose gradient DDP all-reduces as a
+    sparse tensor."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(64, 16, sparse=True)
+        self.out = nn.Linear(16, 10)
+
+    def forward(self, x):
+        ids = (x.flatten(1)[:, :12].abs() * 20).long().clamp(max=63)
+        return self.out(self.embed(ids).mean(1))
+
+
 def train(model_class, group, rank):
     """Parameters after STEPS steps of DDP over `group` (None: hoop's)."""
     torch.manual_seed(1 + rank)  # DDP starts every rank from rank 0's
     model = DDP(WithUnused(model_class()), process_group=group,
                 find_unused_parameters=True, bucket_cap_mb=0.05)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    # SGD's momentum takes no sparse gradients.
+    momentum = 0.0 if model_class is SparseEmbedding else 0.9
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=momentum)
     data = torch.Generator().manual_seed(100 + rank)
     torch.manual_seed(7 + rank)  # the same dropout masks in both runs
     for _ in range(STEPS):
@@ -75,7 +93,8 @@ def allreduce_calls(hoop_torch):
 def rank_main(rank, n, gloo):
     import hoop_torch
     ok = True
-    for name, model_class in sorted(example().MODELS.items()):
+    models = dict(example().MODELS, sparse=SparseEmbedding)
+    for name, model_class in sorted(models.items()):
         before = allreduce_calls(hoop_torch)
         hoop = train(model_class, None, rank)
         after = allreduce_calls(hoop_torch)

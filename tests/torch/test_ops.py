@@ -382,6 +382,58 @@ def case_async_overlap(c):
     c.same("async broadcast", b, ref)
 
 
+def sparse_input(rank, shape, sparse_dim, dtype, tag):
+    """A rank's uncoalesced sparse tensor: rank 1 has no entries; the
+    others a number of their own, repeated and overlapping indices."""
+    nnz = 0 if rank == 1 else 4 + 3 * rank
+    g = torch.Generator().manual_seed(zlib.crc32(repr((rank, tag)).encode()))
+    indices = torch.stack([torch.randint(0, shape[d], (nnz,), generator=g)
+                           for d in range(sparse_dim)])
+    values = make((nnz,) + tuple(shape[sparse_dim:]), dtype, rank, tag)
+    return torch.sparse_coo_tensor(indices, values, shape)
+
+
+def case_sparse_allreduce(c):
+    """Sparse tensors, as DDP all-reduces nn.Embedding(sparse=True)'s
+    gradients: the sum through gloo, in rows (one sparse dimension, one
+    dense) and in elements (two sparse); then what hoop refuses."""
+    for dtype in (torch.float32, torch.float64, torch.int64):
+        for sparse_dim, shape in ((1, (50, 3)), (2, (7, 9))):
+            tag = ("sparse", str(dtype), sparse_dim)
+            x = sparse_input(c.rank, shape, sparse_dim, dtype, tag)
+            got, ref = x.clone(), x.clone()
+            work = dist.all_reduce(got, async_op=True)
+            work.wait()
+            dist.all_reduce(ref, group=c.gloo)
+            name = f"sparse all_reduce {dtype} {sparse_dim} sparse dims"
+            if not got.is_sparse:
+                c.failures.append(f"{name}: the result is not sparse")
+                continue
+            c.same(name, got.to_dense(), ref.to_dense())
+            c.same(name + " (the Work's result)", work.result()[0].to_dense(),
+                   ref.to_dense())
+    x = sparse_input(c.rank, (5, 2), 1, torch.float32, "sparse-max")
+    try:
+        dist.all_reduce(x, op=R.MAX)
+        c.failures.append("sparse all_reduce MAX: no error")
+    except RuntimeError as e:
+        if "SUM" not in str(e):
+            c.failures.append(f"sparse MAX: the error does not say why: {e}")
+    if c.n > 1:
+        x = sparse_input(c.rank, (5 + c.rank, 2), 1, torch.float32, "sparse")
+        try:
+            dist.all_reduce(x)
+            c.failures.append("sparse all_reduce of different shapes: "
+                              "no error")
+        except RuntimeError as e:
+            if "differs" not in str(e):
+                c.failures.append("sparse all_reduce of different shapes: "
+                                  f"the error does not say why: {e}")
+    t = torch.ones(3)
+    dist.all_reduce(t)
+    c.same("all_reduce after sparse errors", t, torch.full((3,), float(c.n)))
+
+
 def case_async_unwaited(c):
     """A call nobody waits for completes on its own: right after
     synchronous calls (which their callers ran themselves, so the group's
@@ -483,6 +535,7 @@ CASES = [case_allreduce, case_premul_sum, case_allreduce_coalesced,
          case_broadcast, case_reduce, case_allgather,
          case_allgather_into_tensor, case_reduce_scatter, case_alltoall,
          case_gather_scatter, case_async_overlap, case_async_unwaited,
+         case_sparse_allreduce,
          case_barrier_and_errors,
          case_sequence_number]
 
