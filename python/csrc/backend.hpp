@@ -39,6 +39,14 @@ class HoopBackend : public BackendBase {
   c10::intrusive_ptr<c10d::Work> allreduce(
       std::vector<at::Tensor>& tensors,
       const c10d::AllreduceOptions& opts) override;
+#if HOOP_TORCH_AT_LEAST(2, 1)
+  // From 2.1 PyTorch hands sparse tensors here; allreduce takes them.
+  c10::intrusive_ptr<c10d::Work> allreduce_sparse(
+      std::vector<at::Tensor>& tensors,
+      const c10d::AllreduceOptions& opts) override {
+    return allreduce(tensors, opts);
+  }
+#endif
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
       std::vector<at::Tensor>& tensors,
       const c10d::AllreduceCoalescedOptions& opts) override;
