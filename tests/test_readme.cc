@@ -372,14 +372,14 @@ TEST(Readme, RelativeLinksNameFilesThatExist) {
 
 // The source files of the library, its tools and the bench.
 std::vector<fs::path> code_files() {
+  static const std::set<std::string> code = {".c",   ".h",   ".cu",
+                                             ".cpp", ".hpp", ".py"};
   std::vector<fs::path> files;
-  for (const char *dir : {"src", "tools", "bench"})
+  for (const char *dir : {"src", "tools", "bench", "python"})
     for (const fs::directory_entry &e :
-         fs::recursive_directory_iterator(kSource / dir)) {
-      std::string ext = e.path().extension();
-      if (ext == ".c" || ext == ".h" || ext == ".cu")
+         fs::recursive_directory_iterator(kSource / dir))
+      if (code.count(e.path().extension().string()) != 0)
         files.push_back(e.path());
-    }
   return files;
 }
 
