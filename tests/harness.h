@@ -117,6 +117,9 @@ using RankFn = std::function<void(RankLog &log, hoop_comm_t comm, int rank,
 struct RunOptions {
   int timeout_s = 120;
   const hoop_config_t *config = nullptr;
+  // Without `config`, and when not 0: hoop's timeout, in a HOOP_CONFIG_INIT
+  // config of the run's own (most tests that fail on purpose set only it).
+  int comm_timeout_ms = 0;
   bool init = true; // false: fn gets comm == nullptr and makes its own
 };
 
@@ -131,6 +134,11 @@ inline RunResult run_ranks(int nranks, const RankFn &fn,
     result.exit_codes.assign((size_t)nranks, 99);
     return result;
   }
+  hoop_config_t timed = HOOP_CONFIG_INIT;
+  timed.timeout_ms = opt.comm_timeout_ms;
+  const hoop_config_t *config = opt.config;
+  if (config == nullptr && opt.comm_timeout_ms != 0)
+    config = &timed;
   return fork_ranks(
       nranks,
       [&](int r) {
@@ -138,7 +146,7 @@ inline RunResult run_ranks(int nranks, const RankFn &fn,
         hoop_comm_t comm = nullptr;
         if (opt.init) {
           hoop_result_t res =
-              hoop_comm_init_rank(&comm, nranks, &id, r, opt.config);
+              hoop_comm_init_rank(&comm, nranks, &id, r, config);
           if (res != HOOP_SUCCESS) {
             fprintf(stderr, "[rank %d] init failed: %s: %s\n", r,
                     hoop_result_name(res), hoop_last_error());

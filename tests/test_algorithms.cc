@@ -519,10 +519,8 @@ INSTANTIATE_TEST_SUITE_P(Ranks, Barrier, ::testing::Values(1, 2, 3, 5, 8),
 // only send, such as a broadcast root or a reduce leaf), else at its next
 // call.
 void mismatch_case(const Param &p, bool broadcast_roots) {
-  hoop_config_t cfg = HOOP_CONFIG_INIT;
-  cfg.timeout_ms = 20000;
   RunOptions opt;
-  opt.config = &cfg;
+  opt.comm_timeout_ms = 20000;
   hoop_algo_t algo = p.algo;
   RunResult r = run_ranks(
       p.nranks,

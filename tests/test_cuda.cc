@@ -498,11 +498,9 @@ bool transport_forced() {
 
 // Runs that are meant to fail: a short timeout, so a hang shows as one.
 struct FailureRun {
-  hoop_config_t cfg = HOOP_CONFIG_INIT;
   RunOptions opt;
   FailureRun() {
-    cfg.timeout_ms = 20000;
-    opt.config = &cfg;
+    opt.comm_timeout_ms = 20000;
     opt.timeout_s = 60;
   }
 };

@@ -154,10 +154,8 @@ TEST(Errors, DestroyedOrNullCommunicatorIsRejected) {
 
 // Every rank must fail at once, and every message must say what differed.
 void mismatch_case(int nranks, bool other_collective) {
-  hoop_config_t cfg = HOOP_CONFIG_INIT;
-  cfg.timeout_ms = 20000;
   RunOptions opt;
-  opt.config = &cfg;
+  opt.comm_timeout_ms = 20000;
   RunResult r = run_ranks(
       nranks,
       [other_collective](RankLog &log, hoop_comm_t comm, int rank,
@@ -196,10 +194,8 @@ TEST(Errors, MismatchedCollectivesFailOnEveryRank4) {
 }
 
 TEST(Errors, KilledRankMakesOthersFailNamingIt) {
-  hoop_config_t cfg = HOOP_CONFIG_INIT;
-  cfg.timeout_ms = 30000;
   RunOptions opt;
-  opt.config = &cfg;
+  opt.comm_timeout_ms = 30000;
   RunResult r = run_ranks(
       4,
       [](RankLog &log, hoop_comm_t comm, int rank, int nranks) {
@@ -238,10 +234,8 @@ TEST(Errors, KilledRankMakesOthersFailNamingIt) {
 }
 
 TEST(Errors, SilentRankTimesOutNamingIt) {
-  hoop_config_t cfg = HOOP_CONFIG_INIT;
-  cfg.timeout_ms = 1000;
   RunOptions opt;
-  opt.config = &cfg;
+  opt.comm_timeout_ms = 1000;
   RunResult r = run_ranks(
       2,
       [](RankLog &log, hoop_comm_t comm, int rank, int) {
@@ -283,10 +277,8 @@ TEST(Errors, SilentRankTimesOutNamingIt) {
 // pointing at each other.  Every survivor must still name the stopped
 // rank: the first to time out asks the others where they are.
 void stopped_rank_case(int nranks, int victim) {
-  hoop_config_t cfg = HOOP_CONFIG_INIT;
-  cfg.timeout_ms = 1500;
   RunOptions opt;
-  opt.config = &cfg;
+  opt.comm_timeout_ms = 1500;
   RunResult r = run_ranks(
       nranks,
       [victim](RankLog &log, hoop_comm_t comm, int rank, int n) {
@@ -339,10 +331,8 @@ TEST(Errors, StoppedRankIsNamedByEverySurvivor8) { stopped_rank_case(8, 5); }
 // neighbour), answers when asked: the report names the call it is in and
 // the one the others are in, whoever reports first.
 TEST(Errors, RankInAnotherCallIsNamedWithItsCall) {
-  hoop_config_t cfg = HOOP_CONFIG_INIT;
-  cfg.timeout_ms = 1500;
   RunOptions opt;
-  opt.config = &cfg;
+  opt.comm_timeout_ms = 1500;
   RunResult r = run_ranks(
       4,
       [](RankLog &log, hoop_comm_t comm, int rank, int n) {
@@ -370,10 +360,8 @@ TEST(Errors, RankInAnotherCallIsNamedWithItsCall) {
 // taken its sequence number, with the peers already in the call: the rank
 // must break the communicator and tell them, not leave them to time out.
 void out_of_memory_case(bool alltoall) {
-  hoop_config_t cfg = HOOP_CONFIG_INIT;
-  cfg.timeout_ms = 20000;
   RunOptions opt;
-  opt.config = &cfg;
+  opt.comm_timeout_ms = 20000;
   RunResult r = run_ranks(
       3,
       [alltoall](RankLog &log, hoop_comm_t comm, int rank, int nranks) {
@@ -415,10 +403,8 @@ void out_of_memory_case(bool alltoall) {
 // the peer's end is gone before it sends, an error naming it); never a
 // wrong sum or a hang, and its next call fails naming the peer.
 TEST(Errors, OneShotLateRankGetsTheSumOrTheErrorThenTheErrorNamingThePeer) {
-  hoop_config_t cfg = HOOP_CONFIG_INIT;
-  cfg.timeout_ms = 1000;
   RunOptions opt;
-  opt.config = &cfg;
+  opt.comm_timeout_ms = 1000;
   RunResult r = run_ranks(
       2,
       [](RankLog &log, hoop_comm_t comm, int rank, int) {
@@ -456,10 +442,8 @@ TEST(Errors, OutOfMemoryBuildingAnAllToAllFailsEveryRankAtOnce) {
 }
 
 TEST(Errors, AbortFromAnotherThreadEndsABlockedCall) {
-  hoop_config_t cfg = HOOP_CONFIG_INIT;
-  cfg.timeout_ms = 60000;
   RunOptions opt;
-  opt.config = &cfg;
+  opt.comm_timeout_ms = 60000;
   opt.init = true;
   RunResult r = run_ranks(
       2,

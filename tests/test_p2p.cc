@@ -400,10 +400,8 @@ TEST(P2PErrors, DestroyedCommunicatorIsRejected) {
 // before the 20 s timeout, including the sender, whose bytes fit in the
 // socket buffers.
 void size_mismatch_case(size_t recv_count, bool in_group) {
-  hoop_config_t cfg = HOOP_CONFIG_INIT;
-  cfg.timeout_ms = 20000;
   RunOptions opt;
-  opt.config = &cfg;
+  opt.comm_timeout_ms = 20000;
   RunResult r = run_ranks(
       2,
       [recv_count, in_group](RankLog &log, hoop_comm_t comm, int rank, int) {
