@@ -18,11 +18,6 @@ namespace {
 using c10d::OpType;
 using WorkPtr = c10::intrusive_ptr<c10d::Work>;
 
-void check(hoop_result_t result, const CallContext& call, const char* what) {
-  if (result != HOOP_SUCCESS)
-    throw_hoop_error(call.comm, result, what);
-}
-
 // Waits for `key` without holding the store's client while it waits, so
 // that other threads of this process may use the store meanwhile.
 std::vector<uint8_t> read_key(c10d::Store& store, const std::string& key,
@@ -264,7 +259,7 @@ WorkPtr HoopBackend::allreduce(std::vector<at::Tensor>& tensors,
     check_sparse_allreduce(t, opts.reduceOp);
     return start(main_, OpType::ALLREDUCE, Stream::for_tensor(t, "allreduce"),
                  {t}, [t, n = getSize()](const CallContext& c) {
-                   sparse_allreduce(c.comm, n, t);
+                   sparse_allreduce(c, n, t);
                  });
   }
   const at::Tensor& t = single(tensors, "allreduce");

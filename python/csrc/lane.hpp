@@ -30,6 +30,13 @@ struct CallContext {
   hoop_stream_t stream;  // NULL for host tensors
 };
 
+// Raises hoop's error of a call `what` that failed, as Python sees it.
+inline void check(hoop_result_t result, const CallContext& call,
+                  const char* what) {
+  if (result != HOOP_SUCCESS)
+    throw_hoop_error(call.comm, result, what);
+}
+
 // One queued call.  Its body runs once, on the lane's thread or on a thread
 // that waits for it; then the Work completes, with the body's exception if
 // it threw, and so does its future.

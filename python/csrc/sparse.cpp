@@ -28,11 +28,6 @@ int64_t shape_hash(at::IntArrayRef sizes) {
   return static_cast<int64_t>(h);
 }
 
-void check(hoop_comm_t comm, hoop_result_t result) {
-  if (result != HOOP_SUCCESS)
-    throw_hoop_error(comm, result, "allreduce (sparse)");
-}
-
 }  // namespace
 
 void check_sparse_allreduce(const at::Tensor& t, const c10d::ReduceOp& op) {
@@ -43,15 +38,18 @@ void check_sparse_allreduce(const at::Tensor& t, const c10d::ReduceOp& op) {
               "not on ", t.device());
 }
 
-void sparse_allreduce(hoop_comm_t comm, int nranks, const at::Tensor& t) {
+void sparse_allreduce(const CallContext& call, int nranks,
+                      const at::Tensor& t) {
+  const char* what = "allreduce (sparse)";
   at::Tensor in = t.coalesce();
   int64_t nnz = in._nnz();
   int64_t mine[kMetaLen] = {nnz, in.sparse_dim(), in.dense_dim(),
                             static_cast<int64_t>(in.scalar_type()),
                             shape_hash(in.sizes())};
   std::vector<int64_t> meta(static_cast<size_t>(kMetaLen) * nranks);
-  check(comm, hoop_allgather(comm, mine, meta.data(), kMetaLen, HOOP_I64,
-                             nullptr));
+  check(hoop_allgather(call.comm, mine, meta.data(), kMetaLen, HOOP_I64,
+                       nullptr),
+        call, what);
   int64_t most = 0;
   for (int r = 0; r < nranks; r++) {
     const int64_t* theirs = &meta[static_cast<size_t>(r) * kMetaLen];
@@ -76,10 +74,12 @@ void sparse_allreduce(hoop_comm_t comm, int nranks, const at::Tensor& t) {
   at::Tensor all_indices = at::empty({nranks, dims, most}, indices.options());
   value_shape[0] = most * nranks;
   at::Tensor all_values = at::empty(value_shape, values.options());
-  check(comm, hoop_allgather(comm, indices.data_ptr(), all_indices.data_ptr(),
-                             indices.numel(), HOOP_I64, nullptr));
-  check(comm, hoop_allgather(comm, values.data_ptr(), all_values.data_ptr(),
-                             byte_size(values), HOOP_U8, nullptr));
+  check(hoop_allgather(call.comm, indices.data_ptr(), all_indices.data_ptr(),
+                       indices.numel(), HOOP_I64, nullptr),
+        call, what);
+  check(hoop_allgather(call.comm, values.data_ptr(), all_values.data_ptr(),
+                       byte_size(values), HOOP_U8, nullptr),
+        call, what);
 
   std::vector<at::Tensor> index_parts, value_parts;
   for (int r = 0; r < nranks; r++) {

@@ -3,7 +3,7 @@
 // gathered and added up by PyTorch, since hoop reduces dense arrays only.
 #pragma once
 
-#include "torch_api.hpp"
+#include "lane.hpp"
 
 namespace hoop_torch {
 
@@ -11,9 +11,11 @@ namespace hoop_torch {
 // memory.
 void check_sparse_allreduce(const at::Tensor& t, const c10d::ReduceOp& op);
 
-// Makes `t` the sum of every rank's `t` over `comm` (`nranks` ranks).
-// Throws when a rank's tensor differs from this one in shape, sparse
-// layout or dtype: every rank sees every rank's and throws alike.
-void sparse_allreduce(hoop_comm_t comm, int nranks, const at::Tensor& t);
+// Makes `t` the sum of every rank's `t` over the call's communicator
+// (`nranks` ranks).  Throws when a rank's tensor differs from this one in
+// shape, sparse layout or dtype: every rank sees every rank's and throws
+// alike.
+void sparse_allreduce(const CallContext& call, int nranks,
+                      const at::Tensor& t);
 
 }  // namespace hoop_torch
