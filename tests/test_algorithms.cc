@@ -377,6 +377,43 @@ TEST(OneShot, AutoTakesItOnTwoRanksUpToTheThresholdOnly) {
   }
 }
 
+// Both ranks of the one shot send before they read, so a call larger than
+// the link buffers once left each waiting for the other to read: shm rings
+// of 8K and TCP's smallest socket buffers, with the threshold raised past
+// every size.  In place is the case that waited (each byte of the sum may
+// land only once that byte has gone); out of place is held to it too.
+TEST(OneShot, CallsLargerThanTheLinkBuffersComplete) {
+  ScopedEnv limit("HOOP_ONESHOT_BYTES", "64M");
+  const char *links[][3] = {
+      {"shm", "HOOP_SHM_SLOT_BYTES", "4K"},
+      {"tcp", "HOOP_SOCKBUF_BYTES", "64K"},
+  };
+  for (const auto &link : links) {
+    ScopedEnv transport("HOOP_TRANSPORT", link[0]);
+    ScopedEnv slots("HOOP_SHM_SLOTS", "2");
+    ScopedEnv small(link[1], link[2]);
+    RunOptions opt;
+    opt.comm_timeout_ms = 20000;
+    RunResult r = run_ranks(
+        2,
+        [](RankLog &log, hoop_comm_t comm, int rank, int nranks) {
+          uint64_t seed = 6100;
+          for (size_t count : {size_t(65536), size_t(1u << 20) + 3})
+            for (hoop_dtype_t t : {HOOP_F32, HOOP_F64, HOOP_I8})
+              for (bool in_place : {true, false})
+                run_case(log, comm, rank, nranks,
+                         {Coll::AllReduce, t, HOOP_SUM, count, in_place, 0,
+                          false, seed++});
+          RANK_EXPECT(log, oneshot_calls(log, comm) == 12,
+                      "%llu of 12 calls ran one shot",
+                      (unsigned long long)oneshot_calls(log, comm));
+        },
+        opt);
+    EXPECT_TRUE(r.all_ok()) << link[0] << " " << link[1] << "=" << link[2]
+                            << ": " << describe(r);
+  }
+}
+
 // Each rank of the one shot computes peer op own, the other own op peer.
 // Arbitrary bits (NaNs with payloads, signed zeros, infinities, integers
 // that overflow) must still give both ranks the same bits, for every dtype

@@ -98,6 +98,37 @@ TEST(Errors, BadArgumentsReturnInvalidArgumentAndCommStaysUsable) {
 // A stream asks for CUDA ordering.  A build without CUDA refuses it by
 // name; a CUDA build either waits for it (a GPU is there) or fails naming
 // CUDA's error, and the communicator stays usable either way.
+// Below 64K loopback TCP crawled on the kernel's window probes (200 ms
+// each), so such values are refused at init by name; 0 and 64K are valid.
+TEST(Errors, SocketBuffersBelow64KAreRefusedByName) {
+  struct {
+    const char *value;
+    bool valid;
+  } cases[] = {{"4096", false}, {"65535", false}, {"64K", true}, {"0", true}};
+  for (const auto &c : cases) {
+    ScopedEnv sockbuf("HOOP_SOCKBUF_BYTES", c.value);
+    RunResult r = run_alone([&c](RankLog &log) {
+      hoop_unique_id_t id;
+      hoop_comm_t comm = nullptr;
+      RANK_EXPECT_OK(log, nullptr, hoop_get_unique_id(&id));
+      hoop_result_t res = hoop_comm_init_rank(&comm, 1, &id, 0, nullptr);
+      if (c.valid) {
+        RANK_EXPECT(log, res == HOOP_SUCCESS, "%s: %s", c.value,
+                    hoop_last_error());
+      } else {
+        RANK_EXPECT(log, res == HOOP_ERR_INVALID_ARGUMENT &&
+                             strstr(hoop_last_error(),
+                                    "HOOP_SOCKBUF_BYTES") != nullptr,
+                    "%s: %s: %s", c.value, hoop_result_name(res),
+                    hoop_last_error());
+      }
+      if (comm != nullptr)
+        hoop_comm_destroy(comm);
+    });
+    EXPECT_TRUE(r.all_ok()) << c.value << ": " << describe(r);
+  }
+}
+
 TEST(Errors, StreamNeedsCuda) {
   RunResult r = run_ranks(
       2, [](RankLog &log, hoop_comm_t comm, int rank, int nranks) {

@@ -32,13 +32,20 @@ hoop_result_t hoop__oneshot_build(struct hoop_plan *plan,
                                .key = hoop__key(j, 0)};
     int32_t sent;
     HOOP_CHECK(hoop__plan_add(plan, peer, 1, &out, &sent));
-    /* In place, the sum may only land once the input has gone. */
+    /*
+     * In place, each byte of the sum may only land once that byte of the
+     * input has gone.  Byte by byte, not the whole slice: both ranks send
+     * before they read, so a slice larger than the link buffers would
+     * leave each waiting for the other to read (see `trails`).
+     */
+    int in_place = call->send == call->recv;
     struct hoop_plan_op in = {.kind = HOOP_OP_RECV_REDUCE,
                               .bytes = (uint32_t)bytes,
                               .src = call->send + at,
                               .dst = call->recv + at,
                               .feed = HOOP_NO_OP,
-                              .after = sent,
+                              .after = in_place ? sent : HOOP_NO_OP,
+                              .trails = 1,
                               .key = hoop__key(j, 0),
                               .finish_avg = plan->op == HOOP_AVG,
                               .local_first = comm->rank == 0};

@@ -20,6 +20,7 @@
 #define HOOP_ERROR_MAX 512
 #define HOOP_MAX_RANKS 65536
 #define HOOP_MAX_NSOCKS 16
+#define HOOP_MIN_SOCKBUF (64 * 1024) /* HOOP_SOCKBUF_BYTES, unless 0 */
 
 struct hoop_conn;
 struct hoop_plan;

@@ -33,13 +33,25 @@ void hoop__describe_call(const struct hoop_wire_header *h, char *buf,
 
 static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 
-static int complete(const struct hoop_plan *p, int32_t id) {
-  return id == HOOP_NO_OP || p->ops[id].done == p->ops[id].bytes;
-}
-
 static const struct hoop_plan_op *link_op(const struct hoop_plan *p,
                                      const struct hoop_link *l, int i) {
   return &p->ops[l->ops[i]];
+}
+
+/*
+ * Bytes of an op that its `after` lets it process (see `trails`); whole
+ * elements for a reduction, which reads no part of one.
+ */
+static size_t after_ready(const struct hoop_plan *p,
+                          const struct hoop_plan_op *o) {
+  if (o->after == HOOP_NO_OP)
+    return o->bytes;
+  const struct hoop_plan_op *a = &p->ops[o->after];
+  if (!o->trails)
+    return a->done == a->bytes ? o->bytes : 0;
+  size_t ready = a->done < o->bytes ? a->done : o->bytes;
+  return o->kind == HOOP_OP_RECV_REDUCE ? ready / p->elem_size * p->elem_size
+                                        : ready;
 }
 
 /*
@@ -48,14 +60,13 @@ static const struct hoop_plan_op *link_op(const struct hoop_plan *p,
  * arrives); a feed of another size must finish first.
  */
 static size_t send_ready(const struct hoop_plan *p, const struct hoop_plan_op *o) {
-  if (!complete(p, o->after))
-    return 0;
-  if (o->feed == HOOP_NO_OP)
-    return o->bytes;
+  size_t ready = after_ready(p, o);
+  if (ready == 0 || o->feed == HOOP_NO_OP)
+    return ready;
   const struct hoop_plan_op *f = &p->ops[o->feed];
-  if (f->bytes == o->bytes)
-    return f->done;
-  return f->done == f->bytes ? o->bytes : 0;
+  size_t fed = f->bytes == o->bytes ? f->done
+               : f->done == f->bytes ? o->bytes : 0;
+  return fed < ready ? fed : ready;
 }
 
 /* The rest of the header, then ready bytes of the ops from `cur` on. */
@@ -173,20 +184,21 @@ static hoop_result_t receive_header(struct hoop_plan *p, struct hoop_link *l,
 
 /*
  * Bytes of the ops from `cur` on that are ready to receive with one system
- * call: the same kind, dependencies met, and (for copies) destinations
- * that continue each other in memory.
+ * call: the same kind, dependencies met (in part, for the last), and (for
+ * copies) destinations that continue each other in memory.
  */
 static size_t recv_run(const struct hoop_plan *p, const struct hoop_link *l) {
-  const struct hoop_plan_op *first = link_op(p, l, l->cur);
-  size_t bytes = first->bytes - first->done;
-  const char *end = first->dst + first->bytes;
-  for (int i = l->cur + 1; i < l->nops; i++) {
+  const struct hoop_plan_op *prev = link_op(p, l, l->cur);
+  size_t ready = after_ready(p, prev);
+  size_t bytes = ready - prev->done;
+  for (int i = l->cur + 1; i < l->nops && ready == prev->bytes; i++) {
     const struct hoop_plan_op *o = link_op(p, l, i);
-    if (o->kind != first->kind || !complete(p, o->after) ||
-        (o->kind == HOOP_OP_RECV_COPY && o->dst != end))
+    ready = after_ready(p, o);
+    if (o->kind != prev->kind || ready == 0 ||
+        (o->kind == HOOP_OP_RECV_COPY && o->dst != prev->dst + prev->bytes))
       break;
-    bytes += o->bytes;
-    end = o->dst + o->bytes;
+    bytes += ready;
+    prev = o;
   }
   return bytes;
 }
@@ -250,9 +262,11 @@ static hoop_result_t recv_reduce(struct hoop_plan *p, struct hoop_link *l,
   *moved = 0;
   while (l->cur < l->nops) {
     struct hoop_plan_op *o = &p->ops[l->ops[l->cur]];
-    if (o->kind != HOOP_OP_RECV_REDUCE || !complete(p, o->after))
+    if (o->kind != HOOP_OP_RECV_REDUCE)
       break;
-    size_t m = min_size(avail, o->bytes - o->done) / esz * esz;
+    size_t ready = after_ready(p, o);
+    size_t m = ready > o->done ? min_size(avail, ready - o->done) / esz * esz
+                               : 0;
     if (m == 0)
       break;
     const char *local = o->src + o->done;
@@ -280,7 +294,7 @@ static hoop_result_t recv_progress(struct hoop_plan *p, struct hoop_link *l,
   }
   while (l->cur < l->nops) {
     const struct hoop_plan_op *o = link_op(p, l, l->cur);
-    if (!complete(p, o->after))
+    if (after_ready(p, o) <= o->done)
       return HOOP_SUCCESS; /* waiting for another op, not the socket */
     size_t moved;
     if (o->kind == HOOP_OP_RECV_COPY)

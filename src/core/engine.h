@@ -88,6 +88,14 @@ struct hoop_plan_op {
    * payload in a sum comes from its first operand).
    */
   uint8_t local_first;
+  /*
+   * Byte i may be processed once `after` has processed its byte i: the two
+   * cover the same bytes in the same order, as a receive in place of the
+   * slice a send reads.  A whole-op wait there deadlocks wherever both
+   * ends send before they read and a slice outgrows what the link
+   * buffers: neither send completes until the other end reads.
+   */
+  uint8_t trails;
   uint32_t bytes;     /* at most one slice */
   const char *src;    /* SEND: the bytes; RECV_REDUCE: the local operand */
   char *dst;          /* RECV_*: where the result goes */
