@@ -38,20 +38,24 @@ static const struct hoop_plan_op *link_op(const struct hoop_plan *p,
   return &p->ops[l->ops[i]];
 }
 
-/*
- * Bytes of an op that its `after` lets it process (see `trails`); whole
- * elements for a reduction, which reads no part of one.
- */
-static size_t after_ready(const struct hoop_plan *p,
-                          const struct hoop_plan_op *o) {
-  if (o->after == HOOP_NO_OP)
-    return o->bytes;
+static size_t after_ready_slow(const struct hoop_plan *p,
+                               const struct hoop_plan_op *o) {
   const struct hoop_plan_op *a = &p->ops[o->after];
   if (!o->trails)
     return a->done == a->bytes ? o->bytes : 0;
   size_t ready = a->done < o->bytes ? a->done : o->bytes;
   return o->kind == HOOP_OP_RECV_REDUCE ? ready / p->elem_size * p->elem_size
                                         : ready;
+}
+
+/*
+ * Bytes of an op that its `after` lets it process (see `trails`); whole
+ * elements for a reduction, which reads no part of one.  Most ops wait on
+ * nothing, and the engine asks on every pass, so that case stays inline.
+ */
+static inline size_t after_ready(const struct hoop_plan *p,
+                                 const struct hoop_plan_op *o) {
+  return o->after == HOOP_NO_OP ? o->bytes : after_ready_slow(p, o);
 }
 
 /*
