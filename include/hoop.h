@@ -89,10 +89,20 @@ typedef enum hoop_op {
 } hoop_op_t;
 
 /*
- * All-reduce algorithms.  AUTO asks the cost model (see hoop_comm_predict)
- * and is the default; HOOP_ALGO=ring|tree|ps or hoop_comm_set_algo()
- * override it.  Broadcast and reduce use RING (a pipelined chain from the
- * root) or TREE; reduce-scatter and all-gather always use the ring.
+ * Algorithms.  AUTO asks the cost model (see hoop_comm_predict) and is the
+ * default; HOOP_ALGO=ring|tree|ps or hoop_comm_set_algo() override it.
+ * What each setting runs:
+ *   all-reduce, barrier: RING, TREE (a double binary tree), PS (a
+ *     parameter server at rank 0), AUTO the model's pick of those (or
+ *     ONESHOT).
+ *   broadcast, reduce: RING a pipelined chain from the root, TREE a binary
+ *     tree; AUTO and PS the model's pick of the two.  A parameter server
+ *     is an all-reduce schedule, and PS set for a job (HOOP_ALGO) still
+ *     covers its broadcasts: they get the model's pick rather than an
+ *     error or a fixed chain.
+ *   reduce-scatter, all-gather: the ring, whatever the setting.
+ * hoop_comm_get_stats counts each call under the one that ran (a chain
+ * under RING), never under PS for broadcast or reduce.
  */
 typedef enum hoop_algo {
   HOOP_ALGO_AUTO = 0,
@@ -348,8 +358,9 @@ HOOP_API hoop_result_t hoop_alltoall(hoop_comm_t comm, const void *sendbuf,
                                      hoop_stream_t stream);
 
 /*
- * Chooses the all-reduce, broadcast and reduce algorithm of this comm:
- * AUTO, RING, TREE or PS (HOOP_ERR_INVALID_ARGUMENT for others).  Calls
+ * Sets the algorithm setting of this comm: AUTO, RING, TREE or PS
+ * (HOOP_ERR_INVALID_ARGUMENT for others); hoop_algo_t lists what each
+ * runs per collective (PS only changes all-reduce and barrier).  Calls
  * made after it use it; calls made before it, queued device calls
  * included, keep the setting they were made with.
  */
@@ -403,7 +414,11 @@ typedef struct hoop_model {
 HOOP_API hoop_result_t hoop_comm_get_model(hoop_comm_t comm,
                                            hoop_model_t *model);
 
-/* Predicted seconds of `coll` with `algo` (AUTO: its pick) for `bytes`. */
+/*
+ * Predicted seconds of `coll` for `bytes`, run as a call made under
+ * setting `algo` runs it (hoop_algo_t: PS for broadcast is the model's
+ * pick); AUTO predicts under the comm's own setting.
+ */
 HOOP_API hoop_result_t hoop_comm_predict(hoop_comm_t comm, hoop_coll_t coll,
                                          hoop_algo_t algo, size_t bytes,
                                          double *seconds);
@@ -450,6 +465,12 @@ HOOP_API hoop_result_t hoop_comm_transport(hoop_comm_t comm, int a, int b,
  * GPU reads from a peer's memory and "sends" what the peer reads from its
  * own, and time runs from the call to the GPU's completion.  Reading or
  * resetting the counters first waits for queued device calls.
+ *
+ * Each call counts under its collective and the algorithm that ran
+ * (hoop_algo_t: a chain under RING).  One rank runs none: its collectives
+ * count under AUTO, with no bytes (on device buffers, with the time to
+ * queue the copy); send/recv and all-to-all count under P2P on any number
+ * of ranks.
  */
 typedef struct hoop_coll_stats {
   uint64_t calls;

@@ -273,6 +273,14 @@ inline std::vector<std::vector<std::string>> bench_rows(
   return rows;
 }
 
+// For a GoogleTest case that runs hoop-bench: a build configured with
+// HOOP_BUILD_BENCH=OFF has none, and passes HOOP_BENCH_PATH as "".
+#define REQUIRE_BENCH()                                                      \
+  do {                                                                       \
+    if (HOOP_BENCH_PATH[0] == '\0')                                          \
+      GTEST_SKIP() << "hoop-bench is not built (HOOP_BUILD_BENCH=OFF)";      \
+  } while (0)
+
 } // namespace hooptest
 
 #endif // HOOP_TESTS_HARNESS_H

@@ -7,9 +7,13 @@
 # but the prefix, pkg-config only from the prefix.
 #
 #   install_consumer.sh BUILD_DIR CONFIG CONSUMER_DIR VERSION CMAKE GENERATOR CC
+#                       BENCH
+#
+# BENCH is 1 when the build has hoop-bench (HOOP_BUILD_BENCH), which must
+# then be installed and work; 0 when it has none, and none may be.
 set -euo pipefail
 
-build=$1 config=$2 src=$3 version=$4 cmake=$5 generator=$6 cc=$7
+build=$1 config=$2 src=$3 version=$4 cmake=$5 generator=$6 cc=$7 bench=$8
 
 fail() {
   echo "install_consumer: $*" >&2
@@ -169,15 +173,21 @@ if ! grep -qF "[0] # hoop $version, 2 ranks" <<<"$out" ||
   fail "hoop-info printed no header or no predicted times"
 fi
 
-out=$(run2 "$bindir/hoop-bench" -b 1K -e 64K -f 8 -n 3 -w 1 -c 1 2>&1) ||
-  { echo "$out" >&2; fail "hoop-run -n 2 hoop-bench failed"; }
-# Rank 0's rows: [0], size, count, type, op, root, then time, algbw, busbw
-# and #wrong out of place and in place.
-rows=$(awk '$1 == "[0]" && $2 ~ /^[0-9]+$/ && NF == 14' <<<"$out")
-[ "$(grep -c . <<<"$rows")" = 3 ] ||
-  { echo "$out" >&2; fail "hoop-bench printed no rows for 1K, 8K and 64K"; }
-bad=$(awk '$10 != "0" || $14 != "0"' <<<"$rows")
-[ -z "$bad" ] || { echo "$out" >&2; fail "hoop-bench found wrong elements"; }
+if [ "$bench" = 0 ]; then
+  [ ! -e "$bindir/hoop-bench" ] ||
+    fail "hoop-bench is installed from a build without the benchmarks"
+  echo "install_consumer: no hoop-bench to run (HOOP_BUILD_BENCH=OFF)"
+else
+  out=$(run2 "$bindir/hoop-bench" -b 1K -e 64K -f 8 -n 3 -w 1 -c 1 2>&1) ||
+    { echo "$out" >&2; fail "hoop-run -n 2 hoop-bench failed"; }
+  # Rank 0's rows: [0], size, count, type, op, root, then time, algbw,
+  # busbw and #wrong out of place and in place.
+  rows=$(awk '$1 == "[0]" && $2 ~ /^[0-9]+$/ && NF == 14' <<<"$out")
+  [ "$(grep -c . <<<"$rows")" = 3 ] ||
+    { echo "$out" >&2; fail "hoop-bench printed no rows for 1K, 8K and 64K"; }
+  bad=$(awk '$10 != "0" || $14 != "0"' <<<"$rows")
+  [ -z "$bad" ] || { echo "$out" >&2; fail "hoop-bench found wrong elements"; }
+fi
 
 if [ -x "$bindir/hoop-train" ]; then
   out=$("$bindir/hoop-train" --help) ||

@@ -201,6 +201,7 @@ int CheckedBenchRows(const std::string &text) {
 }
 
 TEST_F(Netsim, HoopBenchAcrossEmulatedHostsIsCorrect) {
+  REQUIRE_BENCH();
   Output out = run_shell(kNetsim + " run 3 1gbit -- " + HOOP_RUN_PATH +
                    " --netns hoopsim -n 3 " + HOOP_BENCH_PATH +
                    " -b 1K -e 64K -c 1");
@@ -226,6 +227,7 @@ TEST_F(Netsim, MixedHostsUseShmInsideAndTcpBetween) {
       << info.text;
   EXPECT_NE(info.text.find("inside: shm; to host 0: tcp"), std::string::npos)
       << info.text;
+  REQUIRE_BENCH();
   std::string benches = "true";
   for (const char *algo : {"ring", "tree", "ps"})
     benches += std::string(" && ") + run + HOOP_BENCH_PATH +

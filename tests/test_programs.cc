@@ -66,6 +66,7 @@ void expect_good_rows(const Output &out, size_t want_rows) {
 }
 
 TEST(Programs, HoopBenchUnderHoopRunChecksAndPrintsRows) {
+  REQUIRE_BENCH();
   Output out = run_shell(std::string(HOOP_RUN_PATH) + " -n 3 " + HOOP_BENCH_PATH +
                    " -b 1K -e 1M -f 32 -n 3 -w 1 -c 1");
   expect_good_rows(out, 3); // 1K, 32K, 1M
@@ -82,6 +83,7 @@ TEST(Programs, ReadmeExampleRunsOnFourRanks) {
 }
 
 TEST(Programs, HoopBenchRunsUnchangedUnderMpirun) {
+  REQUIRE_BENCH();
   if (system("command -v mpirun >/dev/null 2>&1") != 0)
     GTEST_SKIP() << "mpirun (openmpi-bin) is not installed";
   Output out = run_shell("mpirun --allow-run-as-root --oversubscribe -np 2 " +
@@ -202,6 +204,7 @@ TEST(Programs, ReadmeExampleRunsUnderTwoTorchrunAgents) {
 }
 
 TEST(Programs, HoopBenchRunsUnchangedUnderTheTorchrunCommand) {
+  REQUIRE_BENCH();
   if (!torchrun_missing().empty())
     GTEST_SKIP() << torchrun_missing();
   if (system("command -v torchrun >/dev/null 2>&1") != 0)
@@ -216,6 +219,7 @@ TEST(Programs, HoopBenchRunsUnchangedUnderTheTorchrunCommand) {
 }
 
 TEST(Programs, HoopBenchReportsABadRendezvousAddress) {
+  REQUIRE_BENCH();
   Output out = run_shell("HOOP_ROOT_ADDR=127.0.0.1:99999 " +
                    std::string(HOOP_RUN_PATH) + " -n 2 " + HOOP_BENCH_PATH +
                    " -b 1K -e 1K");

@@ -97,7 +97,7 @@ const std::vector<RunHere> &runs() {
       {"HOOP_ALGO=ps build/tools/hoop-run -n 2 build/bench/hoop-bench -b 4K "
        "-e 1M",
        {"\\bps\\b", "\\n\\[0\\] +1048576 +262144 +float +sum"},
-       ""},
+       "", HOOP_BENCH_PATH[0] != '\0'},
       {"HOOP_DEBUG=INFO build/tools/hoop-run -n 2 build/example-allreduce",
        plus({"INFO rank 0 -> rank 1 .* via (shm|tcp)"}, ranks_correct(2)),
        ""},

@@ -541,6 +541,165 @@ TEST_P(Stats, BadArgumentsAreRejected) {
 INSTANTIATE_TEST_SUITE_P(Ranks, Stats, ::testing::Values(2, 3, 4, 5, 8),
                          ranks_name);
 
+// One rank runs no schedule: every collective is a copy or nothing, and no
+// byte goes to a peer.  Each call still counts once, with its time, under
+// HOOP_ALGO_AUTO (no algorithm ran, whatever the setting), and all-to-all
+// under p2p as on more ranks.
+TEST(StatsOneRank, EachCallCountsOnceUnderAutoWithoutBytes) {
+  RunResult r = run_ranks(1, [](RankLog &log, hoop_comm_t comm, int rank,
+                                int nranks) {
+    const size_t count = 1000;
+    const Traffic none(nranks);
+    for (hoop_algo_t setting : {HOOP_ALGO_AUTO, HOOP_ALGO_RING,
+                                HOOP_ALGO_TREE, HOOP_ALGO_PS}) {
+      RANK_EXPECT_OK(log, comm, hoop_comm_set_algo(comm, setting));
+      for (Kind k : {Kind::AllReduce, Kind::ReduceScatter, Kind::AllGather,
+                     Kind::Broadcast, Kind::Reduce}) {
+        std::vector<float> in(count), out(count, -1.0f);
+        std::iota(in.begin(), in.end(), 1.0f);
+        std::vector<char> send(count * sizeof(float)),
+            recv(count * sizeof(float));
+        memcpy(send.data(), in.data(), send.size());
+        memcpy(recv.data(), out.data(), recv.size());
+        std::string what = std::string("1 rank, ") + kind_name(k) +
+                           " set to " + algo_label(setting);
+        RANK_EXPECT_OK(log, comm, hoop_comm_reset_stats(comm));
+        int64_t t0 = monotonic_ns();
+        RANK_EXPECT_OK(log, comm,
+                       call_once(comm, {k, setting, HOOP_F32, count, 0}, send,
+                                 recv));
+        int64_t wall = monotonic_ns() - t0;
+        memcpy(out.data(), recv.data(), recv.size());
+        RANK_EXPECT(log, out == in, "%s: the result is not the input",
+                    what.c_str());
+        check_counters(log, comm, rank, nranks, what, coll_of(k),
+                       HOOP_ALGO_AUTO, none, sizeof(float), 1, wall);
+      }
+    }
+    RANK_EXPECT_OK(log, comm, hoop_comm_reset_stats(comm));
+    int64_t t0 = monotonic_ns();
+    RANK_EXPECT_OK(log, comm, hoop_barrier(comm));
+    check_counters(log, comm, rank, nranks, "1 rank, barrier",
+                   HOOP_COLL_BARRIER, HOOP_ALGO_AUTO, none, 1, 1,
+                   monotonic_ns() - t0);
+    std::vector<float> a2a_in(count, 2.0f), a2a_out(count);
+    RANK_EXPECT_OK(log, comm, hoop_comm_reset_stats(comm));
+    t0 = monotonic_ns();
+    RANK_EXPECT_OK(log, comm, hoop_alltoall(comm, a2a_in.data(),
+                                            a2a_out.data(), count, HOOP_F32,
+                                            nullptr));
+    check_counters(log, comm, rank, nranks, "1 rank, alltoall",
+                   HOOP_COLL_ALLTOALL, HOOP_ALGO_P2P, none, sizeof(float), 1,
+                   monotonic_ns() - t0);
+  });
+  EXPECT_TRUE(r.all_ok()) << describe(r);
+}
+
+// The algorithm under which the one call of `coll` since the last reset
+// was counted; HOOP_ALGO_COUNT when it was not counted exactly once.
+hoop_algo_t counted_under(RankLog &log, hoop_comm_t comm, hoop_coll_t coll) {
+  hoop_stats_t st = HOOP_STATS_INIT;
+  RANK_EXPECT_OK(log, comm, hoop_comm_get_stats(comm, &st));
+  hoop_algo_t found = HOOP_ALGO_COUNT;
+  uint64_t calls = 0;
+  for (int a = 0; a < HOOP_ALGO_COUNT; a++) {
+    calls += st.by_coll[coll][a].calls;
+    if (st.by_coll[coll][a].calls == 1)
+      found = (hoop_algo_t)a;
+  }
+  return calls == 1 ? found : HOOP_ALGO_COUNT;
+}
+
+// PS is an all-reduce schedule; broadcast and reduce have none of its kind,
+// so under it they run what AUTO runs (hoop.h): the same chain or tree,
+// counted under it (the chain as ring), never under ps, with the right
+// result, and hoop_comm_predict prices that schedule for PS too.  On 3
+// ranks a one-element call is bound by hops, the tree's one against the
+// chain's two, so there the tree runs, as a forced chain would not.
+TEST(StatsRooted, UnderPsBroadcastAndReduceRunAndCountWhatAutoRuns) {
+  for (int n : {2, 3}) {
+    RunResult r = run_ranks(n, [](RankLog &log, hoop_comm_t comm, int rank,
+                                  int nranks) {
+      bool tree_ran = false;
+      for (bool bcast : {true, false}) {
+        hoop_coll_t coll = bcast ? HOOP_COLL_BROADCAST : HOOP_COLL_REDUCE;
+        for (size_t count : {(size_t)1, (size_t)1000 * nranks + 3,
+                             (size_t)200000 * nranks + 1}) {
+          for (int root : {0, nranks - 1}) {
+            std::string what = std::string(bcast ? "broadcast" : "reduce") +
+                               " under ps, count " + std::to_string(count) +
+                               " root " + std::to_string(root);
+            std::vector<float> send(count), recv(count);
+            for (size_t i = 0; i < count; i++)
+              send[i] = (float)(rank * 1000 + (int)(i % 1000));
+            auto call = [&] {
+              return bcast ? hoop_broadcast(comm, send.data(), recv.data(),
+                                            count, HOOP_F32, root, nullptr)
+                           : hoop_reduce(comm, send.data(), recv.data(),
+                                         count, HOOP_F32, HOOP_SUM, root,
+                                         nullptr);
+            };
+            RANK_EXPECT_OK(log, comm, hoop_comm_set_algo(comm, HOOP_ALGO_AUTO));
+            RANK_EXPECT_OK(log, comm, hoop_comm_reset_stats(comm));
+            RANK_EXPECT_OK(log, comm, call());
+            hoop_algo_t ran = counted_under(log, comm, coll);
+            RANK_EXPECT(log, ran == HOOP_ALGO_RING || ran == HOOP_ALGO_TREE,
+                        "%s: auto's call was counted under %s", what.c_str(),
+                        ran == HOOP_ALGO_COUNT ? "no one algorithm"
+                                               : hoop_algo_name(ran));
+            if (!log.ok())
+              return;
+            tree_ran |= ran == HOOP_ALGO_TREE;
+
+            RANK_EXPECT_OK(log, comm, hoop_comm_set_algo(comm, HOOP_ALGO_PS));
+            RANK_EXPECT_OK(log, comm, hoop_comm_reset_stats(comm));
+            std::fill(recv.begin(), recv.end(), -1.0f);
+            int64_t t0 = monotonic_ns();
+            RANK_EXPECT_OK(log, comm, call());
+            int64_t wall = monotonic_ns() - t0;
+            check_counters(log, comm, rank, nranks, what, coll, ran,
+                           ran == HOOP_ALGO_TREE
+                               ? rooted_tree(nranks, rank, root, count, bcast)
+                               : chain(nranks, rank, root, count, bcast),
+                           sizeof(float), 1, wall);
+            size_t wrong = 0;
+            if (bcast || rank == root) {
+              for (size_t i = 0; i < count; i++) {
+                int base = (int)(i % 1000);
+                int want = bcast ? root * 1000 + base
+                                 : 1000 * nranks * (nranks - 1) / 2 +
+                                       nranks * base;
+                wrong += recv[i] != (float)want;
+              }
+            }
+            RANK_EXPECT(log, wrong == 0, "%s: %zu elements wrong",
+                        what.c_str(), wrong);
+
+            double ps_s = -1, ran_s = -2;
+            RANK_EXPECT_OK(log, comm,
+                           hoop_comm_predict(comm, coll, HOOP_ALGO_PS,
+                                             count * sizeof(float), &ps_s));
+            RANK_EXPECT_OK(log, comm,
+                           hoop_comm_predict(comm, coll, ran,
+                                             count * sizeof(float), &ran_s));
+            RANK_EXPECT(log, ps_s == ran_s,
+                        "%s: predicted %g s for ps, %g s for the %s that ran",
+                        what.c_str(), ps_s, ran_s, hoop_algo_name(ran));
+            hoop_algo_t setting = HOOP_ALGO_AUTO;
+            RANK_EXPECT_OK(log, comm, hoop_comm_get_algo(comm, &setting));
+            RANK_EXPECT(log, setting == HOOP_ALGO_PS,
+                        "%s: the setting reads back as %s", what.c_str(),
+                        hoop_algo_name(setting));
+          }
+        }
+      }
+      if (nranks == 3)
+        RANK_EXPECT(log, tree_ran, "no call on 3 ranks ran the tree");
+    });
+    EXPECT_TRUE(r.all_ok()) << n << " ranks: " << describe(r);
+  }
+}
+
 // A rank that joins late shows up as wait in its peers' counters, not in
 // its own, which counts none.  With three ranks every rank is a peer of
 // every other: the parameter server's root (rank 0) of the others, and

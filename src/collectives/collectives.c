@@ -309,8 +309,7 @@ static hoop_result_t build_plan(struct hoop_comm *comm,
  */
 static hoop_result_t run_plan(struct hoop_comm *comm, struct hoop_call *c,
                               const struct hoop_plan_key *key,
-                              struct hoop_plan *plan) {
-  long long t0 = hoop__now_ns();
+                              struct hoop_plan *plan, long long t0) {
   hoop_result_t res = HOOP_SUCCESS;
   if (plan == NULL)
     res = build_plan(comm, c, key, &plan);
@@ -338,13 +337,28 @@ static hoop_result_t run_plan(struct hoop_comm *comm, struct hoop_call *c,
 }
 
 /*
- * One rank: the result is the input (AVG over one rank included); for
- * all-gather and broadcast run() already copied it.
+ * One rank runs no schedule and sends no byte, whatever the setting
+ * picked: its calls count, with their time, under HOOP_ALGO_AUTO, the
+ * slot that no schedule uses (hoop.h), so that the counters still say
+ * what ran.
  */
-static void run_single(const struct hoop_call *c) {
+static void count_single(struct hoop_comm *comm, hoop_coll_t label,
+                         long long t0) {
+  static const uint64_t none[1];
+  hoop__stats_count_peers(comm, label, HOOP_ALGO_AUTO, hoop__now_ns() - t0,
+                          none, none);
+}
+
+/*
+ * One rank: the result is the input (AVG over one rank included); for
+ * all-gather and broadcast hoop__collective_run already copied it.
+ */
+static void run_single(struct hoop_comm *comm, const struct hoop_call *c,
+                       hoop_coll_t label, long long t0) {
   if (c->coll != HOOP_COLL_ALLGATHER && c->coll != HOOP_COLL_BROADCAST &&
       c->recv != NULL && c->send != c->recv && c->bytes > 0)
     memmove(c->recv, c->send, c->bytes);
+  count_single(comm, label, t0);
 }
 
 /*
@@ -377,6 +391,8 @@ hoop_result_t hoop__collective_run(struct hoop_comm *comm,
                            : hoop__choose_algo(comm, c->setting, c->coll,
                                                c->bytes);
   comm->seq++;
+  /* The copies below are the call's work too, and one rank's whole work. */
+  long long t0 = hoop__now_ns();
   /* The ring never sends a rank its own block; all-gather copies it. */
   if (c->coll == HOOP_COLL_ALLGATHER && per_rank > 0) {
     char *own = c->recv + (size_t)comm->rank * per_rank * c->elem_size;
@@ -388,9 +404,9 @@ hoop_result_t hoop__collective_run(struct hoop_comm *comm,
       c->send != c->recv && c->bytes > 0)
     memmove(c->recv, c->send, c->bytes);
   if (comm->nranks == 1)
-    run_single(c);
+    run_single(comm, c, label, t0);
   else
-    res = run_plan(comm, c, &key, cached);
+    res = run_plan(comm, c, &key, cached, t0);
 out:
   hoop__comm_leave(comm);
   return res;
@@ -419,7 +435,13 @@ static hoop_result_t dispatch(struct hoop_comm *comm, struct hoop_call *c,
   if (!on_device)
     return hoop__collective_run(comm, c, per_rank, label);
   HOOP_CHECK(check_call(comm, c, per_rank));
-  return hoop__device_enqueue(comm, c, per_rank, label, stream);
+  long long t0 = hoop__now_ns();
+  HOOP_CHECK(hoop__device_enqueue(comm, c, per_rank, label, stream));
+  /* One rank's device call is a copy queued on the stream, and no proxy
+     counts it. */
+  if (comm->nranks == 1)
+    count_single(comm, label, t0);
+  return HOOP_SUCCESS;
 }
 
 hoop_result_t hoop_allreduce(hoop_comm_t comm, const void *sendbuf,

@@ -154,13 +154,19 @@ hoop_algo_t hoop__choose_algo(const struct hoop_comm *comm,
   if (setting == HOOP_ALGO_PS && !rooted)
     return HOOP_ALGO_PS;
   /*
-   * AUTO (and PS for broadcast/reduce, which it does not apply to).  Two
-   * ranks hand small calls over once (oneshot.c).  The model, which has no
-   * term for a hand-over between cores, cannot place the cut: on 2 ranks,
-   * against what AUTO ran before, one shot took 0.74-0.77 of the time at
-   * 1-16 KiB over shm and 0.47-0.58 over TCP, 0.89-1.04 at 64-256 KiB over
-   * shm and 0.80-1.00 over TCP, and lost from 2 MiB over TCP (1.03-1.25;
-   * bench/results/2026-11-24-oneshot-ab.md).
+   * AUTO, and PS for broadcast and reduce.  A parameter server is an
+   * all-reduce schedule, and one setting (HOOP_ALGO's, job-wide) covers
+   * every collective: a fixed chain in its place would give the broadcasts
+   * of a job that set HOOP_ALGO=ps N-1 hops where the model finds the
+   * tree's log2 N cheaper, which the job could not avoid short of calling
+   * hoop_comm_set_algo around each one.
+   *
+   * Two ranks hand small calls over once (oneshot.c).  The model, which
+   * has no term for a hand-over between cores, cannot place the cut: on 2
+   * ranks, against what AUTO ran before, one shot took 0.74-0.77 of the
+   * time at 1-16 KiB over shm and 0.47-0.58 over TCP, 0.89-1.04 at
+   * 64-256 KiB over shm and 0.80-1.00 over TCP, and lost from 2 MiB over
+   * TCP (1.03-1.25; bench/results/2026-11-24-oneshot-ab.md).
    */
   if (coll == HOOP_COLL_ALLREDUCE && comm->nranks == 2 &&
       bytes <= comm->oneshot_bytes)
@@ -208,9 +214,11 @@ hoop_result_t hoop_comm_predict(hoop_comm_t comm, hoop_coll_t coll,
                       "hoop_comm_predict: bad collective, algorithm or "
                       "NULL result");
   HOOP_CHECK(hoop__comm_check_live(comm, "hoop_comm_predict"));
+  /* The schedule that a call made under the setting runs, priced. */
   if (algo == HOOP_ALGO_AUTO)
-    algo = hoop__choose_algo(comm, hoop__comm_algo(comm), coll, bytes);
-  *seconds = hoop__predict(comm, coll, algo, bytes);
+    algo = hoop__comm_algo(comm);
+  *seconds = hoop__predict(comm, coll,
+                           hoop__choose_algo(comm, algo, coll, bytes), bytes);
   return HOOP_SUCCESS;
 }
 
