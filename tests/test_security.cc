@@ -2,7 +2,8 @@
 // rank: each attack of docs/security.md is played here against real ranks,
 // which must refuse it without a crash and still compute the right result.
 // The parsers of every message that comes from outside are checked field by
-// field in tests/test_wire.cc and fuzzed in tests/fuzz.
+// field in tests/test_wire.cc and fuzzed in tests/fuzz; the SHA-256 and
+// HMAC under the handshake against published vectors at the end.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -34,6 +35,7 @@ extern "C" {
 #include "core/auth.h"
 #include "core/bootstrap.h"
 #include "core/error.h"
+#include "core/sha256.h"
 #include "transport/shm.h"
 #include "transport/transport.h"
 }
@@ -852,3 +854,200 @@ INSTANTIATE_TEST_SUITE_P(Seals, Notice, ::testing::Bool(),
                            return std::string(p.param ? "from_another_session"
                                                       : "made_up");
                          });
+
+// The cryptography under the handshake, hoop's own (core/sha256.c):
+// SHA-256 and HMAC-SHA256 against published vectors and against an
+// implementation hoop shares nothing with, and the checks of auth.c.
+
+namespace {
+
+std::string hex(const uint8_t *bytes, size_t len) {
+  std::string s;
+  char two[3];
+  for (size_t i = 0; i < len; i++) {
+    snprintf(two, sizeof two, "%02x", bytes[i]);
+    s += two;
+  }
+  return s;
+}
+
+std::string sha256_hex(const std::string &msg) {
+  uint8_t digest[HOOP_SHA256_BYTES];
+  hoop__sha256(msg.data(), msg.size(), digest);
+  return hex(digest, sizeof digest);
+}
+
+// The same digest fed in pieces of `piece` bytes.
+std::string sha256_pieces_hex(const std::string &msg, size_t piece) {
+  hoop_sha256 s;
+  hoop__sha256_init(&s);
+  for (size_t at = 0; at < msg.size(); at += piece)
+    hoop__sha256_update(&s, msg.data() + at,
+                        std::min(piece, msg.size() - at));
+  uint8_t digest[HOOP_SHA256_BYTES];
+  hoop__sha256_final(&s, digest);
+  return hex(digest, sizeof digest);
+}
+
+} // namespace
+
+// FIPS 180-4's examples (NIST's "SHA256.pdf" and the one-million-'a'
+// message of FIPS 180-2 appendix B.3), and the empty message.
+TEST(Sha256, NistExamples) {
+  EXPECT_EQ(sha256_hex(""), "e3b0c44298fc1c149afbf4c8996fb924"
+                            "27ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223"
+                               "b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(
+      sha256_hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
+      "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  // In pieces of a prime size, so that they straddle every block boundary.
+  EXPECT_EQ(sha256_pieces_hex(std::string(1000000, 'a'), 997),
+            "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}
+
+// Every length from empty to past three blocks, so that the padding is
+// checked where the length fits the last block, where it needs another
+// (55 and 56 bytes past a boundary) and at exact block ends; whole and in
+// pieces that end on and off those boundaries.  The reference is
+// coreutils' sha256sum, run on one file per message.
+TEST(Sha256, EveryLengthTo200MatchesSha256sum) {
+  const size_t longest = 200;
+  std::vector<std::string> msgs;
+  for (size_t len = 0; len <= longest; len++) {
+    std::string m(len, '\0');
+    for (size_t k = 0; k < len; k++)
+      m[k] = (char)(uint8_t)(k * 37 + len);
+    msgs.push_back(m);
+  }
+  char dir[] = "/tmp/hoop-sha256-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  for (size_t len = 0; len <= longest; len++) {
+    std::ofstream(std::string(dir) + "/" + std::to_string(len),
+                  std::ios::binary)
+        << msgs[len];
+  }
+  std::vector<std::string> want(longest + 1);
+  FILE *p = popen(("cd " + std::string(dir) + " && sha256sum -- *").c_str(),
+                  "r");
+  char digest[65], name[16];
+  size_t listed = 0;
+  while (p != nullptr && fscanf(p, "%64s %15s", digest, name) == 2) {
+    size_t len = strtoul(name, nullptr, 10);
+    if (len <= longest) {
+      want[len] = digest;
+      listed++;
+    }
+  }
+  int status = p != nullptr ? pclose(p) : -1;
+  for (size_t len = 0; len <= longest; len++)
+    unlink((std::string(dir) + "/" + std::to_string(len)).c_str());
+  rmdir(dir);
+  ASSERT_EQ(status, 0) << "sha256sum failed";
+  ASSERT_EQ(listed, longest + 1) << "sha256sum printed too few digests";
+  for (size_t len = 0; len <= longest; len++) {
+    EXPECT_EQ(sha256_hex(msgs[len]), want[len]) << len << " bytes";
+    for (size_t piece : {1, 7, 55, 56, 63, 64, 65})
+      EXPECT_EQ(sha256_pieces_hex(msgs[len], piece), want[len])
+          << len << " bytes in pieces of " << piece;
+  }
+}
+
+// RFC 4231's test cases 1-7: keys shorter than a block and of 131 bytes,
+// longer than one (hashed first, cases 6 and 7), data shorter and longer
+// than a block; case 5 is checked, as it is given, on its first 128 bits.
+TEST(HmacSha256, Rfc4231) {
+  struct Case {
+    std::string key, data, mac;
+  };
+  std::string key4;
+  for (char c = 1; c <= 25; c++)
+    key4 += c;
+  const std::string big_key(131, '\xaa');
+  const Case cases[] = {
+      {std::string(20, '\x0b'), "Hi There",
+       "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7"},
+      {"Jefe", "what do ya want for nothing?",
+       "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"},
+      {std::string(20, '\xaa'), std::string(50, '\xdd'),
+       "773ea91e36800e46854db8ebd09181a72959098b3ef8c122d9635514ced565fe"},
+      {key4, std::string(50, '\xcd'),
+       "82558a389a443c0ea4cc819899f2083a85f0faa3e578f8077a2e3ff46729665b"},
+      {std::string(20, '\x0c'), "Test With Truncation",
+       "a3b6167473100ee06e0c796c2955552b"},
+      {big_key, "Test Using Larger Than Block-Size Key - Hash Key First",
+       "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"},
+      {big_key,
+       "This is a test using a larger than block-size key and a larger than "
+       "block-size data. The key needs to be hashed before being used by the "
+       "HMAC algorithm.",
+       "9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2"},
+  };
+  int number = 1;
+  for (const Case &c : cases) {
+    uint8_t mac[HOOP_SHA256_BYTES];
+    hoop__hmac_sha256(c.key.data(), c.key.size(), c.data.data(), c.data.size(),
+                      mac);
+    EXPECT_EQ(hex(mac, c.mac.size() / 2), c.mac) << "test case " << number;
+    number++;
+  }
+}
+
+// The key a token gives is the one earlier builds, which hashed with
+// libcrypto, gave, so that their ranks and these still form one job.
+// Reference: printf 'hoop job secret v1\0%s' TOKEN | sha256sum.
+TEST(Auth, KeyFromTokenIsUnchanged) {
+  hoop_auth_key key;
+  hoop__auth_key_from_token("0123456789abcdef0123456789abcdef", &key);
+  EXPECT_EQ(hex(key.bytes, sizeof key.bytes),
+            "74d218620406f73104c8641f0ea44c952cd983cb58925d44e237d58693d14ff9");
+}
+
+// Each check refuses its MAC with any one bit flipped (the comparison
+// reads every byte), a MAC made for another role or channel, and one made
+// under another token.
+TEST(Auth, EveryBitOfAMacCounts) {
+  hoop_auth_key key, other;
+  hoop__auth_key_from_token("0123456789abcdef0123456789abcdef", &key);
+  hoop__auth_key_from_token("0123456789abcdef0123456789abcdeF", &other);
+  hoop_handshake hs;
+  ASSERT_EQ(hoop__auth_handshake(42, 0, 1, 0, &hs), HOOP_SUCCESS);
+  hoop_auth_challenge ch;
+  ASSERT_EQ(hoop__auth_challenge(&key, &hs, &ch), HOOP_SUCCESS);
+  hoop_auth_proof proof;
+  hoop__auth_proof(&key, &hs, &ch, &proof);
+  const char text[] = "rank 0 failed";
+  uint8_t seal[HOOP_AUTH_MAC_BYTES];
+  hoop__auth_seal(&key, &hs, ch.nonce, text, sizeof text, seal);
+
+  ASSERT_TRUE(hoop__auth_check_challenge(&key, &hs, &ch));
+  ASSERT_TRUE(hoop__auth_check_proof(&key, &hs, &ch, &proof));
+  ASSERT_TRUE(hoop__auth_check_seal(&key, &hs, ch.nonce, text, sizeof text,
+                                    seal));
+  for (size_t bit = 0; bit < 8 * HOOP_AUTH_MAC_BYTES; bit++) {
+    uint8_t flip = (uint8_t)(1u << (bit % 8));
+    ch.mac[bit / 8] ^= flip;
+    EXPECT_FALSE(hoop__auth_check_challenge(&key, &hs, &ch)) << "bit " << bit;
+    ch.mac[bit / 8] ^= flip;
+    proof.mac[bit / 8] ^= flip;
+    EXPECT_FALSE(hoop__auth_check_proof(&key, &hs, &ch, &proof))
+        << "bit " << bit;
+    proof.mac[bit / 8] ^= flip;
+    seal[bit / 8] ^= flip;
+    EXPECT_FALSE(
+        hoop__auth_check_seal(&key, &hs, ch.nonce, text, sizeof text, seal))
+        << "bit " << bit;
+    seal[bit / 8] ^= flip;
+  }
+
+  hoop_auth_challenge bounced = ch;
+  memcpy(bounced.mac, proof.mac, sizeof bounced.mac);
+  EXPECT_FALSE(hoop__auth_check_challenge(&key, &hs, &bounced));
+  hoop_handshake elsewhere = hs;
+  elsewhere.channel = 1;
+  EXPECT_FALSE(hoop__auth_check_challenge(&key, &elsewhere, &ch));
+  EXPECT_FALSE(hoop__auth_check_challenge(&other, &hs, &ch));
+  EXPECT_FALSE(hoop__auth_check_proof(&other, &hs, &ch, &proof));
+  EXPECT_FALSE(
+      hoop__auth_check_seal(&other, &hs, ch.nonce, text, sizeof text, seal));
+}

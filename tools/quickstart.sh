@@ -22,12 +22,10 @@ demo | test) ;;
   ;;
 esac
 
-# libssl-dev's libcrypto authenticates connections; OpenBLAS, zlib and
-# Fashion-MNIST are hoop-train's; matplotlib draws its curves and the bench
-# plots.
+# OpenBLAS, zlib and Fashion-MNIST are hoop-train's; matplotlib draws its
+# curves and the bench plots.
 packages=(build-essential cmake ninja-build pkg-config libgtest-dev
-          libssl-dev libopenblas-dev zlib1g-dev dataset-fashion-mnist
-          python3-matplotlib)
+          libopenblas-dev zlib1g-dev dataset-fashion-mnist python3-matplotlib)
 # The tests also check that hoop programs run unchanged under Open MPI's
 # mpirun (which needs its headers for the MPI peer bench) and PyTorch's
 # torchrun, build emulated hosts with network namespaces (ip, tc, ping),

@@ -2,14 +2,16 @@
 #include "core/auth.h"
 
 #include <errno.h>
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
-#include <openssl/sha.h>
 #include <string.h>
 #include <sys/random.h>
 
 #include "core/error.h"
+#include "core/sha256.h"
+
+/* A key and a MAC are each one SHA-256 digest. */
+_Static_assert(HOOP_AUTH_KEY_BYTES == HOOP_SHA256_BYTES &&
+                   HOOP_AUTH_MAC_BYTES == HOOP_SHA256_BYTES,
+               "the key and the MACs are SHA-256 digests");
 
 hoop_result_t hoop__auth_random(void *buf, size_t len) {
   size_t done = 0;
@@ -24,17 +26,17 @@ hoop_result_t hoop__auth_random(void *buf, size_t len) {
   return HOOP_SUCCESS;
 }
 
-void hoop__auth_wipe(void *buf, size_t len) { OPENSSL_cleanse(buf, len); }
+void hoop__auth_wipe(void *buf, size_t len) { explicit_bzero(buf, len); }
 
 void hoop__auth_key_from_token(const char *token, struct hoop_auth_key *key) {
-  /* The label keeps this key apart from any other use of the same text. */
+  /* The label, its NUL included, keeps this key apart from any other use
+     of the same text. */
   static const char label[] = "hoop job secret v1";
-  unsigned char in[sizeof label + 4096];
-  size_t len = strnlen(token, 4096);
-  memcpy(in, label, sizeof label);
-  memcpy(in + sizeof label, token, len);
-  SHA256(in, sizeof label + len, key->bytes);
-  OPENSSL_cleanse(in, sizeof in);
+  struct hoop_sha256 s;
+  hoop__sha256_init(&s);
+  hoop__sha256_update(&s, label, sizeof label);
+  hoop__sha256_update(&s, token, strnlen(token, 4096));
+  hoop__sha256_final(&s, key->bytes);
 }
 
 hoop_result_t hoop__auth_handshake(uint64_t comm_id, int32_t from,
@@ -89,9 +91,20 @@ static void mac(const struct hoop_auth_key *key, const char *role,
   if (text_len > 0)
     memcpy(p, text, text_len);
   p += text_len;
-  unsigned int len = HOOP_AUTH_MAC_BYTES;
-  HMAC(EVP_sha256(), key->bytes, sizeof key->bytes, msg, (size_t)(p - msg),
-       out, &len);
+  hoop__hmac_sha256(key->bytes, sizeof key->bytes, msg, (size_t)(p - msg),
+                    out);
+}
+
+/* Whether two MACs are equal, in a time that does not depend on where they
+   differ: an early exit would tell a forger how many leading bytes of a
+   guess were right. */
+static bool same_mac(const uint8_t a[HOOP_AUTH_MAC_BYTES],
+                     const uint8_t b[HOOP_AUTH_MAC_BYTES]) {
+  /* volatile keeps the compiler from stopping at the first difference. */
+  volatile uint8_t diff = 0;
+  for (size_t i = 0; i < HOOP_AUTH_MAC_BYTES; i++)
+    diff |= a[i] ^ b[i];
+  return diff == 0;
 }
 
 hoop_result_t hoop__auth_challenge(const struct hoop_auth_key *key,
@@ -107,7 +120,7 @@ bool hoop__auth_check_challenge(const struct hoop_auth_key *key,
                                 const struct hoop_auth_challenge *ch) {
   uint8_t want[HOOP_AUTH_MAC_BYTES];
   mac(key, "acceptor", hs, ch->nonce, NULL, 0, want);
-  return CRYPTO_memcmp(want, ch->mac, sizeof want) == 0;
+  return same_mac(want, ch->mac);
 }
 
 void hoop__auth_proof(const struct hoop_auth_key *key,
@@ -123,7 +136,7 @@ bool hoop__auth_check_proof(const struct hoop_auth_key *key,
                             const struct hoop_auth_proof *proof) {
   uint8_t want[HOOP_AUTH_MAC_BYTES];
   mac(key, "dialler", hs, ch->nonce, NULL, 0, want);
-  return CRYPTO_memcmp(want, proof->mac, sizeof want) == 0;
+  return same_mac(want, proof->mac);
 }
 
 void hoop__auth_seal(const struct hoop_auth_key *key,
@@ -141,5 +154,5 @@ bool hoop__auth_check_seal(const struct hoop_auth_key *key,
                            const uint8_t seal[HOOP_AUTH_MAC_BYTES]) {
   uint8_t want[HOOP_AUTH_MAC_BYTES];
   mac(key, "notice", hs, session, text, len, want);
-  return CRYPTO_memcmp(want, seal, sizeof want) == 0;
+  return same_mac(want, seal);
 }

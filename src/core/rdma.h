@@ -8,13 +8,15 @@
  *                    HOOP_IB_HCA filter over found ports
  *   rdma_devices.c   the devices' ports and GIDs through libibverbs, into
  *                    the plain structs below (rdma_devices_none.c in a
- *                    build without libibverbs: no devices, saying why)
+ *                    build without verbs.h: no devices, saying why)
+ *   ibv_loader.c     libibverbs.so.1 loaded at first use, never linked
  *   rdma.c           the GID a port would use, the port a rank publishes,
  *                    and whether it looks at all
  *
- * Apart from rdma_devices.c (and the ib transport's own verbs calls,
- * transport/ib_verbs.c) nothing includes verbs.h: the numbers passed
- * around are the InfiniBand specification's, in peer.h's enums.
+ * Apart from rdma_devices.c and ibv_loader.c (and the ib transport's own
+ * verbs calls, transport/ib_verbs.c) nothing includes verbs.h: the
+ * numbers passed around are the InfiniBand specification's, in peer.h's
+ * enums.
  */
 #ifndef HOOP_CORE_RDMA_H
 #define HOOP_CORE_RDMA_H
@@ -76,8 +78,9 @@ struct hoop_rdma_local_port {
 /*
  * Every port of every RDMA device, in the order verbs lists them, in
  * *ports (free with free()).  True with *nports == 0 when there is no
- * device, `why` saying how that was learnt; false when a verbs call
- * failed, `why` naming the call, the device and the port.  It opens
+ * device, `why` saying how that was learnt (one way: libibverbs.so.1
+ * could not be loaded); false when a verbs call failed, `why` naming the
+ * call, the device and the port.  It opens
  * every device: hoop__rdma_publish calls it only when ib may be used.
  */
 bool hoop__rdma_discover(struct hoop_rdma_local_port **ports, int *nports,

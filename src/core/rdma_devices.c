@@ -2,6 +2,8 @@
  * Device discovery through libibverbs: every port of every device, with
  * its state, link layer, LID, active MTU and populated GIDs, copied into
  * plain structs (core/rdma.h) so that nothing past this file sees verbs.h.
+ * The calls go through core/ibv_loader.h: a host without libibverbs.so.1
+ * has no device to find.
  */
 #include <errno.h>
 #include <infiniband/verbs.h>
@@ -10,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/ibv_loader.h"
 #include "core/log.h"
 #include "core/rdma.h"
 
@@ -35,14 +38,14 @@ static bool gid_is_zero(const uint8_t raw[16]) {
  * The populated entries of the port's GID table.  ENODATA is how verbs
  * says an entry is empty; RoCE tables fill only as addresses appear.
  */
-static bool read_gids(struct ibv_context *ctx, const char *device,
-                      struct hoop_rdma_local_port *p, int table_len, char *why,
-                      size_t why_len) {
+static bool read_gids(const struct hoop_ibv *ibv, struct ibv_context *ctx,
+                      const char *device, struct hoop_rdma_local_port *p,
+                      int table_len, char *why, size_t why_len) {
   int n = table_len < HOOP_RDMA_MAX_GIDS ? table_len : HOOP_RDMA_MAX_GIDS;
   p->ngids = 0;
   for (int i = 0; i < n; i++) {
     struct ibv_gid_entry e;
-    int rc = ibv_query_gid_ex(ctx, p->port, (uint32_t)i, &e, 0);
+    int rc = ibv->query_gid_ex(ctx, p->port, (uint32_t)i, &e, 0, sizeof e);
     if (rc == ENODATA)
       continue;
     if (rc != 0) {
@@ -60,11 +63,12 @@ static bool read_gids(struct ibv_context *ctx, const char *device,
   return true;
 }
 
-static bool read_port(struct ibv_context *ctx, const char *device,
-                      uint8_t port, struct hoop_rdma_local_port *p, char *why,
+static bool read_port(const struct hoop_ibv *ibv, struct ibv_context *ctx,
+                      const char *device, uint8_t port,
+                      struct hoop_rdma_local_port *p, char *why,
                       size_t why_len) {
   struct ibv_port_attr attr;
-  int rc = ibv_query_port(ctx, port, &attr);
+  int rc = hoop__ibv_query_port(ibv, ctx, port, &attr);
   if (rc != 0) {
     snprintf(why, why_len, "ibv_query_port(%s, port %u): %s", device, port,
              strerror(rc));
@@ -80,22 +84,22 @@ static bool read_port(struct ibv_context *ctx, const char *device,
                ? (uint8_t)attr.active_mtu
                : HOOP_MTU_MIN;
   p->lid = attr.lid;
-  return read_gids(ctx, device, p, attr.gid_tbl_len, why, why_len);
+  return read_gids(ibv, ctx, device, p, attr.gid_tbl_len, why, why_len);
 }
 
 /* Appends the ports of one device to *ports, growing it. */
-static bool read_device(struct ibv_device *dev,
+static bool read_device(const struct hoop_ibv *ibv, struct ibv_device *dev,
                         struct hoop_rdma_local_port **ports, int *nports,
                         char *why, size_t why_len) {
-  const char *name = ibv_get_device_name(dev);
+  const char *name = ibv->get_device_name(dev);
   bool ok = false;
-  struct ibv_context *ctx = ibv_open_device(dev);
+  struct ibv_context *ctx = ibv->open_device(dev);
   if (ctx == NULL) {
     snprintf(why, why_len, "ibv_open_device(%s): %s", name, strerror(errno));
     return false;
   }
   struct ibv_device_attr attr;
-  int rc = ibv_query_device(ctx, &attr);
+  int rc = ibv->query_device(ctx, &attr);
   if (rc != 0) {
     snprintf(why, why_len, "ibv_query_device(%s): %s", name, strerror(rc));
     goto out_close;
@@ -108,13 +112,14 @@ static bool read_device(struct ibv_device *dev,
   }
   *ports = grown;
   for (int port = 1; port <= attr.phys_port_cnt; port++) {
-    if (!read_port(ctx, name, (uint8_t)port, &grown[*nports], why, why_len))
+    if (!read_port(ibv, ctx, name, (uint8_t)port, &grown[*nports], why,
+                   why_len))
       goto out_close;
     (*nports)++;
   }
   ok = true;
 out_close:
-  ibv_close_device(ctx);
+  ibv->close_device(ctx);
   return ok;
 }
 
@@ -127,9 +132,11 @@ out_close:
  * kernel makes that unneeded.
  */
 static void fork_safe_once(void) {
-  if (ibv_is_fork_initialized() != IBV_FORK_DISABLED)
+  /* Without the library there is no verbs call to make safe. */
+  const struct hoop_ibv *ibv = hoop__ibv(NULL, 0);
+  if (ibv == NULL || ibv->is_fork_initialized() != IBV_FORK_DISABLED)
     return;
-  int err = ibv_fork_init();
+  int err = ibv->fork_init();
   if (err != 0)
     HOOP_WARN("ibv_fork_init: %s: a process that forks after its "
               "communicator exists may corrupt its RDMA queues",
@@ -145,10 +152,13 @@ bool hoop__rdma_discover(struct hoop_rdma_local_port **ports, int *nports,
                          char *why, size_t why_len) {
   *ports = NULL;
   *nports = 0;
+  const struct hoop_ibv *ibv = hoop__ibv(why, why_len);
+  if (ibv == NULL)
+    return true;
   hoop__rdma_fork_safe();
   int ndev = 0;
   errno = 0;
-  struct ibv_device **list = ibv_get_device_list(&ndev);
+  struct ibv_device **list = ibv->get_device_list(&ndev);
   if (list == NULL) {
     /* ENOSYS: the kernel has no RDMA subsystem at all. */
     snprintf(why, why_len, "ibv_get_device_list: %s%s", strerror(errno),
@@ -157,8 +167,8 @@ bool hoop__rdma_discover(struct hoop_rdma_local_port **ports, int *nports,
   }
   bool ok = true;
   for (int i = 0; i < ndev && ok; i++)
-    ok = read_device(list[i], ports, nports, why, why_len);
-  ibv_free_device_list(list);
+    ok = read_device(ibv, list[i], ports, nports, why, why_len);
+  ibv->free_device_list(list);
   if (!ok) {
     free(*ports);
     *ports = NULL;

@@ -3,7 +3,8 @@
  * An endpoint opens its own device context, so that its descriptors (the
  * completion channel's and the asynchronous events') carry only its own
  * news.  Every failure names the call, the step and device:port, because
- * a message from a cluster must say which adapter refused what.
+ * a message from a cluster must say which adapter refused what.  The
+ * exported verbs functions come through core/ibv_loader.h's table.
  *
  * It has been compiled against libibverbs but never run on an adapter.
  */
@@ -16,12 +17,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/ibv_loader.h"
 #include "core/log.h"
 #include "core/peer.h"
 #include "core/rdma.h"
 #include "transport/ib_verbs.h"
 
 struct hoop_ib_ep {
+  const struct hoop_ibv *ibv;
   struct ibv_context *ctx;
   struct ibv_pd *pd;
   struct ibv_comp_channel *channel;
@@ -72,7 +75,7 @@ static int open_device(const struct hoop_ib_open *o, struct hoop_ib_ep *ep,
   int ndev = 0;
   hoop__rdma_fork_safe();
   errno = 0;
-  struct ibv_device **list = ibv_get_device_list(&ndev);
+  struct ibv_device **list = ep->ibv->get_device_list(&ndev);
   if (list == NULL) {
     /* ENOSYS: the kernel has no RDMA subsystem at all. */
     int rc = errno_or(ENODEV);
@@ -83,7 +86,7 @@ static int open_device(const struct hoop_ib_open *o, struct hoop_ib_ep *ep,
   }
   struct ibv_device *dev = NULL;
   for (int i = 0; i < ndev && dev == NULL; i++)
-    if (name_matches(ibv_get_device_name(list[i]), o->device))
+    if (name_matches(ep->ibv->get_device_name(list[i]), o->device))
       dev = list[i];
   int rc = 0;
   if (dev == NULL) {
@@ -91,14 +94,15 @@ static int open_device(const struct hoop_ib_open *o, struct hoop_ib_ep *ep,
     snprintf(why, why_len, "no RDMA device named %s among the %d that "
              "ibv_get_device_list lists", o->device, ndev);
   } else {
-    snprintf(ep->device, sizeof ep->device, "%s", ibv_get_device_name(dev));
+    snprintf(ep->device, sizeof ep->device, "%s",
+             ep->ibv->get_device_name(dev));
     errno = 0;
-    ep->ctx = ibv_open_device(dev);
+    ep->ctx = ep->ibv->open_device(dev);
     if (ep->ctx == NULL)
       rc = say(ep, "ibv_open_device", errno_or(ENODEV), why, why_len);
   }
   /* An open context outlives the list it was found in. */
-  ibv_free_device_list(list);
+  ep->ibv->free_device_list(list);
   return rc;
 }
 
@@ -106,7 +110,7 @@ static int query_port(const struct hoop_ib_open *o, struct hoop_ib_ep *ep,
                       struct hoop_ib_local *local, char *why,
                       size_t why_len) {
   struct ibv_port_attr attr;
-  int rc = ibv_query_port(ep->ctx, ep->port, &attr);
+  int rc = hoop__ibv_query_port(ep->ibv, ep->ctx, ep->port, &attr);
   if (rc != 0)
     return say(ep, "ibv_query_port", rc, why, why_len);
   if (attr.state != IBV_PORT_ACTIVE) {
@@ -130,7 +134,8 @@ static int query_port(const struct hoop_ib_open *o, struct hoop_ib_ep *ep,
    * where ibv_query_gid gives -1, or an all-zero GID as if it were one.
    */
   struct ibv_gid_entry gid;
-  rc = ibv_query_gid_ex(ep->ctx, ep->port, (uint32_t)o->gid_index, &gid, 0);
+  rc = ep->ibv->query_gid_ex(ep->ctx, ep->port, (uint32_t)o->gid_index, &gid,
+                             0, sizeof gid);
   if (rc != 0) {
     snprintf(why, why_len, "ibv_query_gid_ex on %s:%u (GID index %d): %s%s",
              ep->device, ep->port, o->gid_index, strerror(rc),
@@ -144,11 +149,11 @@ static int query_port(const struct hoop_ib_open *o, struct hoop_ib_ep *ep,
 static int make_qp(const struct hoop_ib_open *o, struct hoop_ib_ep *ep,
                    char *why, size_t why_len) {
   errno = 0;
-  ep->pd = ibv_alloc_pd(ep->ctx);
+  ep->pd = ep->ibv->alloc_pd(ep->ctx);
   if (ep->pd == NULL)
     return say(ep, "ibv_alloc_pd", errno_or(ENOMEM), why, why_len);
   errno = 0;
-  ep->channel = ibv_create_comp_channel(ep->ctx);
+  ep->channel = ep->ibv->create_comp_channel(ep->ctx);
   if (ep->channel == NULL)
     return say(ep, "ibv_create_comp_channel", errno_or(ENOMEM), why,
                why_len);
@@ -158,8 +163,8 @@ static int make_qp(const struct hoop_ib_open *o, struct hoop_ib_ep *ep,
     return say(ep, "fcntl(O_NONBLOCK) of the completion channel", rc, why,
                why_len);
   errno = 0;
-  ep->cq = ibv_create_cq(ep->ctx, o->send_depth + o->recv_depth, NULL,
-                         ep->channel, 0);
+  ep->cq = ep->ibv->create_cq(ep->ctx, o->send_depth + o->recv_depth, NULL,
+                              ep->channel, 0);
   if (ep->cq == NULL) {
     int err = errno_or(ENOMEM);
     snprintf(why, why_len, "ibv_create_cq (%d entries) on %s:%u: %s",
@@ -178,7 +183,7 @@ static int make_qp(const struct hoop_ib_open *o, struct hoop_ib_ep *ep,
       .qp_type = IBV_QPT_RC,
   };
   errno = 0;
-  ep->qp = ibv_create_qp(ep->pd, &init);
+  ep->qp = ep->ibv->create_qp(ep->pd, &init);
   if (ep->qp == NULL) {
     int err = errno_or(ENOMEM);
     snprintf(why, why_len, "ibv_create_qp (%d sends, %d receives) on "
@@ -197,9 +202,9 @@ static int make_qp(const struct hoop_ib_open *o, struct hoop_ib_ep *ep,
       .port_num = ep->port,
       .qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE,
   };
-  rc = ibv_modify_qp(ep->qp, &attr,
-                     IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-                         IBV_QP_ACCESS_FLAGS);
+  rc = ep->ibv->modify_qp(ep->qp, &attr,
+                          IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+                              IBV_QP_ACCESS_FLAGS);
   if (rc != 0)
     return say(ep, "ibv_modify_qp to INIT", rc, why, why_len);
   return 0;
@@ -217,12 +222,16 @@ static int verbs_open(const struct hoop_ib_open *o, struct hoop_ib_ep **out,
              o->device, UINT8_MAX);
     return EINVAL;
   }
+  const struct hoop_ibv *ibv = hoop__ibv(why, why_len);
+  if (ibv == NULL)
+    return ELIBACC;
   struct hoop_ib_ep *ep = calloc(1, sizeof *ep);
   if (ep == NULL) {
     snprintf(why, why_len, "no memory for an endpoint on %s:%d", o->device,
              o->port);
     return ENOMEM;
   }
+  ep->ibv = ibv;
   ep->port = (uint8_t)o->port;
   int rc = open_device(o, ep, why, why_len);
   if (rc == 0)
@@ -246,7 +255,7 @@ static int verbs_reg_mr(struct hoop_ib_ep *ep, void *addr, size_t len,
     access |= IBV_ACCESS_REMOTE_WRITE;
   memset(mr, 0, sizeof *mr);
   errno = 0;
-  struct ibv_mr *m = ibv_reg_mr(ep->pd, addr, len, access);
+  struct ibv_mr *m = ep->ibv->reg_mr(ep->pd, addr, len, access);
   if (m == NULL) {
     int rc = errno_or(ENOMEM);
     snprintf(why, why_len, "ibv_reg_mr (%zu bytes%s) on %s:%u: %s", len,
@@ -263,7 +272,7 @@ static int verbs_reg_mr(struct hoop_ib_ep *ep, void *addr, size_t len,
 static void verbs_dereg_mr(struct hoop_ib_ep *ep, struct hoop_ib_mr *mr) {
   if (mr->handle == NULL)
     return;
-  int rc = ibv_dereg_mr(mr->handle);
+  int rc = ep->ibv->dereg_mr(mr->handle);
   if (rc != 0)
     HOOP_WARN("ibv_dereg_mr on %s:%u: %s; the region stays pinned until "
               "the process exits", ep->device, ep->port, strerror(rc));
@@ -302,11 +311,11 @@ static int verbs_connect(struct hoop_ib_ep *ep,
     a.ah_attr.dlid = path->dlid;
     snprintf(where, sizeof where, "dlid 0x%x", path->dlid);
   }
-  int rc = ibv_modify_qp(ep->qp, &a,
-                         IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-                             IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                             IBV_QP_MAX_DEST_RD_ATOMIC |
-                             IBV_QP_MIN_RNR_TIMER);
+  int rc = ep->ibv->modify_qp(ep->qp, &a,
+                              IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
+                                  IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                                  IBV_QP_MAX_DEST_RD_ATOMIC |
+                                  IBV_QP_MIN_RNR_TIMER);
   if (rc != 0) {
     snprintf(why, why_len, "ibv_modify_qp to RTR on %s:%u (dest QP 0x%x, "
              "MTU %d, %s): %s", ep->device, ep->port, path->dest_qpn,
@@ -325,10 +334,10 @@ static int verbs_connect(struct hoop_ib_ep *ep,
       .sq_psn = path->sq_psn,
       .max_rd_atomic = 1,
   };
-  rc = ibv_modify_qp(ep->qp, &s,
-                     IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                         IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                         IBV_QP_MAX_QP_RD_ATOMIC);
+  rc = ep->ibv->modify_qp(ep->qp, &s,
+                          IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+                              IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+                              IBV_QP_MAX_QP_RD_ATOMIC);
   if (rc != 0) {
     snprintf(why, why_len, "ibv_modify_qp to RTS on %s:%u (timeout %d, "
              "retry_cnt %d, sq_psn 0x%x): %s", ep->device, ep->port,
@@ -408,7 +417,7 @@ static int verbs_poll(struct hoop_ib_ep *ep, struct hoop_ib_wc *out,
       w->status[0] = '\0';
     else
       snprintf(w->status, sizeof w->status, "%s (%d)",
-               ibv_wc_status_str(wc[i].status), (int)wc[i].status);
+               ep->ibv->wc_status_str(wc[i].status), (int)wc[i].status);
   }
   return n;
 }
@@ -428,10 +437,10 @@ static void verbs_consume(struct hoop_ib_ep *ep) {
   struct ibv_cq *cq;
   void *cq_context;
   unsigned int taken = 0;
-  while (ibv_get_cq_event(ep->channel, &cq, &cq_context) == 0)
+  while (ep->ibv->get_cq_event(ep->channel, &cq, &cq_context) == 0)
     taken++;
   if (taken > 0)
-    ibv_ack_cq_events(ep->cq, taken);
+    ep->ibv->ack_cq_events(ep->cq, taken);
 }
 
 static int verbs_async_fd(struct hoop_ib_ep *ep) { return ep->ctx->async_fd; }
@@ -439,9 +448,9 @@ static int verbs_async_fd(struct hoop_ib_ep *ep) { return ep->ctx->async_fd; }
 static int verbs_async_take(struct hoop_ib_ep *ep, char *what,
                             size_t what_len) {
   struct ibv_async_event ev;
-  if (ibv_get_async_event(ep->ctx, &ev) != 0)
+  if (ep->ibv->get_async_event(ep->ctx, &ev) != 0)
     return 0;
-  const char *name = ibv_event_type_str(ev.event_type);
+  const char *name = ep->ibv->event_type_str(ev.event_type);
   int breaks = 0;
   switch (ev.event_type) {
   case IBV_EVENT_QP_FATAL:
@@ -471,7 +480,7 @@ static int verbs_async_take(struct hoop_ib_ep *ep, char *what,
   default:
     break;
   }
-  ibv_ack_async_event(&ev);
+  ep->ibv->ack_async_event(&ev);
   return breaks;
 }
 
@@ -492,18 +501,18 @@ static void verbs_close(struct hoop_ib_ep *ep) {
   if (ep == NULL)
     return;
   int rc;
-  if (ep->qp != NULL && (rc = ibv_destroy_qp(ep->qp)) != 0)
+  if (ep->qp != NULL && (rc = ep->ibv->destroy_qp(ep->qp)) != 0)
     warn_close(ep, "ibv_destroy_qp", rc);
-  if (ep->cq != NULL && (rc = ibv_destroy_cq(ep->cq)) != 0)
+  if (ep->cq != NULL && (rc = ep->ibv->destroy_cq(ep->cq)) != 0)
     warn_close(ep, "ibv_destroy_cq", rc);
   if (ep->channel != NULL &&
-      (rc = ibv_destroy_comp_channel(ep->channel)) != 0)
+      (rc = ep->ibv->destroy_comp_channel(ep->channel)) != 0)
     warn_close(ep, "ibv_destroy_comp_channel", rc);
-  if (ep->pd != NULL && (rc = ibv_dealloc_pd(ep->pd)) != 0)
+  if (ep->pd != NULL && (rc = ep->ibv->dealloc_pd(ep->pd)) != 0)
     warn_close(ep, "ibv_dealloc_pd", rc);
   if (ep->ctx != NULL) {
     errno = 0;
-    if (ibv_close_device(ep->ctx) != 0)
+    if (ep->ibv->close_device(ep->ctx) != 0)
       warn_close(ep, "ibv_close_device", errno_or(EIO));
   }
   free(ep);
