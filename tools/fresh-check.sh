@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Runs a command in a fresh Debian 12 root, the way a new user's bare machine
-# would run it, so that a package installed by hand on this machine cannot
-# hide a missing install step.
+# Runs a command in a fresh Debian root, by default Debian 12 (bookworm), the
+# way a new user's bare machine would run it, so that a package installed by
+# hand on this machine cannot hide a missing install step.
 #
-#   tools/fresh-check.sh [-k] 'tools/quickstart.sh test'
+#   tools/fresh-check.sh [-k] [--suite SUITE] 'tools/quickstart.sh test'
 #
-# The root is made with `debootstrap --variant=minbase bookworm` from the
+# The root is made with `debootstrap --variant=minbase SUITE` (bookworm
+# unless --suite says otherwise; trixie makes a Debian 13 root) from the
 # Debian mirror this machine's apt is configured with, gets a copy of this
 # checkout at /src/hoop (tracked and untracked files, no build trees), and
 # sees /proc, /sys, /dev (with a /dev/shm of its own) and, read-only,
@@ -20,7 +21,9 @@ set -euo pipefail
 # Debian's bookworm entries (URI and suite) among this machine's apt
 # sources, one-line or deb822: those whose components include main, so
 # that a third-party repository (its own keys, other components) is left
-# out.
+# out.  Another suite is served by the same mirrors (bookworm-security's
+# has trixie-security), so its entries are these with its name in place
+# of bookworm.
 debian_entries() {
   local f
   for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
@@ -48,11 +51,11 @@ debian_entries() {
 
 # Inside the namespaces: make the root, fill it, mount, run the command.
 in_namespaces() {
-  local root=$1 repo=$2 mirror=$3 command=$4 entries=$5 cuda=$6
+  local root=$1 repo=$2 mirror=$3 command=$4 entries=$5 cuda=$6 suite=$7
   local start
   start=$(date +%s)
-  echo "fresh-check: debootstrap --variant=minbase bookworm $root $mirror"
-  if ! timeout 1800 debootstrap --variant=minbase bookworm "$root" "$mirror" \
+  echo "fresh-check: debootstrap --variant=minbase $suite $root $mirror"
+  if ! timeout 1800 debootstrap --variant=minbase "$suite" "$root" "$mirror" \
       >"$root.log" 2>&1; then
     tail -20 "$root.log" >&2
     echo "fresh-check: debootstrap failed (-k keeps its whole log)" >&2
@@ -108,12 +111,22 @@ if [ "${1:-}" = --in-namespaces ]; then
 fi
 
 args=("$@")
-keep=0
-if [ "${1:-}" = -k ]; then keep=1; shift; fi
-if [ $# -ne 1 ]; then
-  echo "usage: $0 [-k] 'command to run inside the fresh root'" >&2
+usage() {
+  echo "usage: $0 [-k] [--suite SUITE] 'command to run inside the fresh root'" >&2
   exit 2
-fi
+}
+keep=0
+suite=bookworm
+while [ $# -gt 0 ]; do
+  case $1 in
+  -k) keep=1; shift ;;
+  --suite) [ $# -ge 2 ] || usage; suite=$2; shift 2 ;;
+  *) break ;;
+  esac
+done
+[ $# -eq 1 ] || usage
+# The name goes into awk patterns and paths.
+[[ $suite =~ ^[a-z]+$ ]] || usage
 command=$1
 repo=$(cd "$(dirname "$0")/.." && pwd)
 self="$repo/tools/$(basename "$0")"
@@ -126,8 +139,9 @@ if [ "$(id -u)" -ne 0 ]; then
   exec sudo --preserve-env=FRESH_DIR "$self" "${args[@]}"
 fi
 
-entries=$(debian_entries | awk '!seen[$0]++')
-mirror=$(awk '$2 == "bookworm" { print $1; exit }' <<<"$entries")
+entries=$(debian_entries | awk -v s="$suite" '{ sub(/^bookworm/, s, $2) }
+                                             !seen[$0]++')
+mirror=$(awk -v s="$suite" '$2 == s { print $1; exit }' <<<"$entries")
 if [ -z "$mirror" ]; then
   echo "fresh-check: no Debian 'bookworm main' entry in this machine's apt sources" >&2
   exit 1
@@ -174,7 +188,8 @@ trap stop INT TERM HUP
 start=$(date +%s)
 status=0
 unshare --mount --propagation private --pid --fork --kill-child \
-  "$self" --in-namespaces "$root" "$repo" "$mirror" "$command" "$entries" "$cuda" &
+  "$self" --in-namespaces "$root" "$repo" "$mirror" "$command" "$entries" "$cuda" \
+  "$suite" &
 child=$!
 wait "$child" || status=$?
 child=

@@ -53,11 +53,23 @@ if HOOP_TORCH_AUTOLOAD=0 "$tmp/venv/bin/python" "$tmp/one_word.py" \
   echo "HOOP_TORCH_AUTOLOAD=0 did not keep hoop_torch from registering"
   exit 1
 fi
-if ! grep -q "'hoop'" "$tmp/off.err"; then
+# PyTorch 1.13 says "Invalid backend: 'hoop'", 2.6 "Unknown backend type hoop".
+if ! grep -Eq "Invalid backend: 'hoop'|Unknown backend type hoop" "$tmp/off.err"; then
   echo "HOOP_TORCH_AUTOLOAD=0: not the unknown backend's error:"
   cat "$tmp/off.err"
   exit 1
 fi
-"$tmp/venv/bin/python" -m torch.distributed.run --standalone \
+# torchrun's rendezvous makes its TCPStores with libuv whatever USE_LIBUV
+# says (pytorch#148283), which a PyTorch built without libuv (Debian 13's
+# 2.6) refuses. Where USE_LIBUV=0 says so, it meets through a file instead,
+# and the workers make their own store (env://, which heeds USE_LIBUV).
+if [ "${USE_LIBUV:-1}" = 0 ]; then
+  set -- --rdzv-backend c10d --rdzv-endpoint "$tmp/rendezvous" \
+    --rdzv-conf store_type=file
+  export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1
+else
+  set -- --standalone
+fi
+"$tmp/venv/bin/python" -m torch.distributed.run "$@" \
   --nproc_per_node 2 --redirects 2 --tee 2 \
   "$src/docs/examples/ddp_mnist.py" --backend hoop --epochs 1 --limit 2000
