@@ -16,6 +16,14 @@ import torch.multiprocessing as mp
 TIMEOUT = datetime.timedelta(seconds=60)
 
 
+def calls_of(hoop_torch, coll):
+    """Calls of `coll` ("allreduce", "allgather", ...) hoop ran, under
+    whichever algorithm it chose (a small model's gradients on 2 ranks go
+    one shot, a larger one's by ring)."""
+    return sum(c["calls"] for (name, _), c in
+               hoop_torch.stats()["calls"].items() if name == coll)
+
+
 def free_port():
     """A port the kernel just handed out (a small race, as in the C++ tests)."""
     with socket.socket() as s:

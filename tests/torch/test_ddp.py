@@ -82,22 +82,14 @@ def train(model_class, group, rank):
     return [p.detach().clone() for p in model.module.parameters()]
 
 
-def allreduce_calls(hoop_torch):
-    """All-reduces hoop ran, under whichever algorithm AUTO picked (a
-    small model's gradients on 2 ranks go one shot, a larger one's by
-    ring)."""
-    return sum(c["calls"] for (coll, _), c in
-               hoop_torch.stats()["calls"].items() if coll == "allreduce")
-
-
 def rank_main(rank, n, gloo):
     import hoop_torch
     ok = True
     models = dict(example().MODELS, sparse=SparseEmbedding)
     for name, model_class in sorted(models.items()):
-        before = allreduce_calls(hoop_torch)
+        before = harness.calls_of(hoop_torch, "allreduce")
         hoop = train(model_class, None, rank)
-        after = allreduce_calls(hoop_torch)
+        after = harness.calls_of(hoop_torch, "allreduce")
         reference = train(model_class, gloo, rank)
         torch.manual_seed(1)
         start = list(WithUnused(model_class()).parameters())

@@ -101,17 +101,13 @@ def train(group, rank):
         return [p.detach().clone() for p in net.parameters()]
 
 
-def calls(hoop_torch, coll):
-    return sum(c["calls"] for (name, _), c in
-               hoop_torch.stats()["calls"].items() if name == coll)
-
-
 def rank_main(rank, n, gloo):
     import hoop_torch
     ok = True
-    before = {c: calls(hoop_torch, c) for c in ("allgather", "reduce_scatter")}
+    before = {c: harness.calls_of(hoop_torch, c)
+              for c in ("allgather", "reduce_scatter")}
     hoop = train(None, rank)
-    ran = {c: calls(hoop_torch, c) - before[c] for c in before}
+    ran = {c: harness.calls_of(hoop_torch, c) - before[c] for c in before}
     reference = train(gloo, rank)
     start = [p.detach() for p in model().parameters()]
     worst = 0.0
