@@ -16,6 +16,7 @@
 
 extern "C" {
 #include "core/error.h"
+#include "transport/ib.h"
 #include "transport/transport.h"
 }
 
@@ -34,7 +35,7 @@ struct ConnPair {
 };
 
 // Connects rank 0 and rank 1 through `ops`; `port` (may be null) is the
-// RDMA port each rank published.
+// RDMA port each rank published for ib.
 inline void connect_pair(const hoop_transport_ops &ops, ConnPair &pair,
                          const hoop_rdma_port *port = nullptr) {
   int sv[2];
@@ -42,6 +43,10 @@ inline void connect_pair(const hoop_transport_ops &ops, ConnPair &pair,
     pair.error = "socketpair failed";
     return;
   }
+  uint8_t ib_blob[HOOP_BLOB_BYTES];
+  size_t ib_len = port != nullptr
+                      ? hoop__ib_blob_encode(port, 1, ib_blob, sizeof ib_blob)
+                      : 0;
   auto setup_for = [&](int rank, int *fd) {
     hoop_conn_setup s{};
     s.rank = rank;
@@ -50,7 +55,8 @@ inline void connect_pair(const hoop_transport_ops &ops, ConnPair &pair,
     s.deadline = hoop__now_ms() + 10000;
     s.slice_bytes = 256 * 1024;
     s.peer_desc = rank == 0 ? "rank 1 (the test's)" : "rank 0 (the test's)";
-    s.self_port = port;
+    s.self.blob = ib_blob;
+    s.self.len = ib_len;
     s.open_socket = [](void *ctx, int *out) {
       *out = *(int *)ctx;
       return HOOP_SUCCESS;

@@ -23,7 +23,7 @@
 #include <cstdint>
 
 extern "C" {
-#include "core/rdma.h"
+#include "transport/rdma.h"
 #include "transport/ib_verbs.h"
 }
 

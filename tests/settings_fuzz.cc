@@ -33,6 +33,7 @@
 
 extern "C" {
 #include "core/param.h"
+#include "transport/params.h"
 }
 
 using namespace hooptest;
@@ -189,9 +190,9 @@ const Tunable kTunables[] = {
      }},
 };
 
-// Tunables in core/param.h that a case leaves unset, and why.  Any other
-// one without a line in kTunables stops the fuzzer, so that a new
-// tunable cannot go unfuzzed unnoticed.
+// Tunables in core/param.h and transport/params.h that a case leaves
+// unset, and why.  Any other one without a line in kTunables stops the
+// fuzzer, so that a new tunable cannot go unfuzzed unnoticed.
 const char *const kNotDrawn[] = {
     // Device buffers only; the fuzzer's buffers are host memory.
     "HOOP_CUDA_CHUNK_BYTES", "HOOP_CUDA_IPC_CHUNK_BYTES",
@@ -208,6 +209,8 @@ std::vector<std::string> hoop_param_names() {
 #define NAME_(name, env, def) names.push_back(env);
   HOOP_PARAMS(NAME_)
   HOOP_STRING_PARAMS(NAME_)
+  HOOP_TRANSPORT_PARAMS(NAME_)
+  HOOP_TRANSPORT_STRING_PARAMS(NAME_)
 #undef NAME_
   return names;
 }
@@ -221,8 +224,9 @@ bool every_param_covered() {
     for (const char *skip : kNotDrawn)
       known = known || name == skip;
     if (!known) {
-      fprintf(stderr, "settings_fuzz: %s is in core/param.h but neither "
-                      "drawn nor listed as not drawn\n", name.c_str());
+      fprintf(stderr, "settings_fuzz: %s is in core/param.h or "
+                      "transport/params.h but neither drawn nor listed as "
+                      "not drawn\n", name.c_str());
       ok = false;
     }
   }

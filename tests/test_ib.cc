@@ -1,4 +1,4 @@
-// The RDMA verbs transport's phase 1 (core/rdma.h, transport/ib.h): its
+// The RDMA verbs transport's phase 1 (transport/rdma.h, transport/ib.h): its
 // settings, the HOOP_IB_HCA filter, the choice of GID, when a rank looks
 // for its ports, whether two ranks' ports can be joined and why not, the
 // connection information's parser, discovery where there are devices,
@@ -18,7 +18,7 @@
 
 extern "C" {
 #include "core/comm.h"
-#include "core/rdma.h"
+#include "transport/rdma.h"
 #include "core/wire.h"
 #include "hoop_build_config.h"
 #include "transport/ib.h"
@@ -124,6 +124,16 @@ hoop_rdma_port status_only(int status) {
   hoop_rdma_port r{};
   r.status = (uint8_t)status;
   return r;
+}
+
+// Puts `port` where ib's bytes go in a rank's published info, as ib's
+// own publish would.
+void set_ib_port(hoop_peer_info &info, const hoop_rdma_port &port) {
+  for (int i = 0; hoop__transports[i] != nullptr; i++) {
+    if (hoop__transports[i] == &hoop__ib_transport)
+      info.blobs[i].len = (uint16_t)hoop__ib_blob_encode(
+          &port, 1, info.blobs[i].data, sizeof info.blobs[i].data);
+  }
 }
 
 // What this process would publish, looked up in a child so that the
@@ -401,7 +411,8 @@ TEST(IbSelect, PublishedPortIsBoundedByThePeerInfoParser) {
   good.addr.port = 4000;
   good.rank = 1;
   good.pid = 7;
-  good.rdma = published(roce("mlx5_0", 1));
+  hoop__transports_publish(&good);
+  set_ib_port(good, published(roce("mlx5_0", 1)));
   hoop_peer_info out;
   char why[200];
   ASSERT_TRUE(hoop__peer_info_parse(&good, 1, &out, why, sizeof why)) << why;
@@ -421,15 +432,18 @@ TEST(IbSelect, PublishedPortIsBoundedByThePeerInfoParser) {
       };
   for (const auto &s : spoilers) {
     hoop_peer_info bad = good;
-    s.second(bad.rdma);
+    hoop_rdma_port r = published(roce("mlx5_0", 1));
+    s.second(r);
+    set_ib_port(bad, r);
     EXPECT_FALSE(hoop__peer_info_parse(&bad, 1, &out, why, sizeof why))
         << s.first;
     EXPECT_NE(strstr(why, "rank 1's RDMA"), nullptr) << s.first << ": " << why;
   }
   // Without a port, the other fields are not read.
   hoop_peer_info none = good;
-  none.rdma = status_only(HOOP_RDMA_NO_DEVICE);
-  none.rdma.mtu = 99;
+  hoop_rdma_port r = status_only(HOOP_RDMA_NO_DEVICE);
+  r.mtu = 99;
+  set_ib_port(none, r);
   EXPECT_TRUE(hoop__peer_info_parse(&none, 1, &out, why, sizeof why)) << why;
 }
 
@@ -652,11 +666,15 @@ TEST(IbPublish, WithoutHoopTransportIbInitIgnoresRdma) {
                       hoop_result_name(res), hoop_last_error());
           if (comm == nullptr)
             return;
-          for (int peer = 0; peer < nranks; peer++)
-            RANK_EXPECT(log,
-                        comm->peers[peer].rdma.status == HOOP_RDMA_NOT_PROBED,
+          for (int peer = 0; peer < nranks; peer++) {
+            hoop_published p =
+                hoop__published(&comm->peers[peer], &hoop__ib_transport);
+            hoop_rdma_port port;
+            hoop__ib_published(&p, &port, nullptr);
+            RANK_EXPECT(log, port.status == HOOP_RDMA_NOT_PROBED,
                         "rank %d published RDMA status %u", peer,
-                        (unsigned)comm->peers[peer].rdma.status);
+                        (unsigned)port.status);
+          }
           hoop_comm_destroy(comm);
         },
         opt);

@@ -30,7 +30,7 @@
 #include "reference.h"
 
 extern "C" {
-#include "core/rdma.h"
+#include "transport/rdma.h"
 }
 
 using namespace hooptest;

@@ -1,4 +1,4 @@
-// libibverbs loaded at first use (core/ibv_loader.h) instead of linked:
+// libibverbs loaded at first use (transport/ibv_loader.h) instead of linked:
 // the loader's table on this host's library, its refusals naming what is
 // missing, no program loading it unless a rank looks for RDMA devices,
 // and, where the library cannot be loaded, hoop-info and tcp/shm jobs
@@ -15,7 +15,7 @@
 #include "harness.h"
 
 extern "C" {
-#include "core/ibv_loader.h"
+#include "transport/ibv_loader.h"
 }
 
 namespace {

@@ -20,6 +20,7 @@
 
 extern "C" {
 #include "core/param.h"
+#include "transport/params.h"
 #include "transport/fifo.h"
 }
 

@@ -12,6 +12,7 @@
 
 extern "C" {
 #include "core/comm.h"
+#include "core/conn.h"
 #include "core/engine.h"
 #include "core/wire.h"
 #include "transport/shm.h"
@@ -27,8 +28,8 @@ hoop_peer_info good_info(int rank) {
   p.addr.ip[3] = 1;
   p.rank = rank;
   p.pid = 77;
-  p.caps = HOOP_CAP_SHM;
   strcpy(p.hostname, "node7");
+  hoop__transports_publish(&p);
   return p;
 }
 
@@ -99,9 +100,19 @@ TEST(Wire, HelloFieldsAreBounded) {
        {"address family", [](hoop_hello &h) { h.info.addr.family = 99; }},
        {"port 0", [](hoop_hello &h) { h.info.addr.port = 0; }},
        {"pid 0", [](hoop_hello &h) { h.info.pid = 0; }},
-       {"unknown capability", [](hoop_hello &h) { h.info.caps = 0x80; }},
        {"GPUs < 0", [](hoop_hello &h) { h.info.cuda_devices = -1; }},
-       {"RDMA devices < 0", [](hoop_hello &h) { h.info.verbs_devices = -5; }},
+       {"a transport of another name",
+        [](hoop_hello &h) { h.info.blobs[0].transport[0] ^= 1; }},
+       {"a transport this build lacks",
+        [](hoop_hello &h) {
+          strcpy(h.info.blobs[HOOP_MAX_TRANSPORTS - 1].transport, "xyz");
+        }},
+       {"a transport's bytes past their room",
+        [](hoop_hello &h) { h.info.blobs[0].len = HOOP_BLOB_BYTES + 1; }},
+       {"a transport's bytes of another length",
+        [](hoop_hello &h) { h.info.blobs[0].len += 1; }},
+       {"a transport's bytes of another version",
+        [](hoop_hello &h) { h.info.blobs[0].data[0] ^= 0x40; }},
        {"host name without its end", [](hoop_hello &h) {
           memset(h.info.hostname, 'A', sizeof h.info.hostname);
         }}});

@@ -15,7 +15,7 @@
  * Everything but the RDMA part uses hoop.h alone.  The RDMA part needs
  * what hoop.h does not offer, so hoop-info links the static library and
  * reads internal headers: it asks every rank to look for its RDMA ports
- * (core/rdma.h), which no public setting does; it reads the ports the
+ * (transport/rdma.h), which no public setting does; it reads the ports the
  * ranks published from the communicator (core/comm.h); and it judges
  * each pair with ib's own selection (transport/ib.h).  Putting the ports
  * and the verdict in hoop.h would fix an ABI for a transport that has
@@ -27,8 +27,9 @@
 
 #include "hoop.h"
 #include "core/comm.h"
-#include "core/rdma.h"
+#include "transport/rdma.h"
 #include "transport/ib.h"
+#include "transport/transport.h"
 
 static void die(hoop_comm_t comm, const char *what, hoop_result_t res) {
   fprintf(stderr, "hoop-info: %s: %s: %s\n", what, hoop_strerror(res),
@@ -172,8 +173,14 @@ static void print_ib_pairs(hoop_comm_t comm, int n) {
   for (int a = 0; a < n; a++) {
     for (int b = a + 1; b < n && (a == 0 || n <= 16); b++) {
       char why[400];
-      bool ok = hoop__ib_select(&comm->peers[a].rdma, a,
-                                &comm->peers[b].rdma, b, why, sizeof why);
+      struct hoop_published pa =
+          hoop__published(&comm->peers[a], &hoop__ib_transport);
+      struct hoop_published pb =
+          hoop__published(&comm->peers[b], &hoop__ib_transport);
+      struct hoop_rdma_port ports[2];
+      hoop__ib_published(&pa, &ports[0], NULL);
+      hoop__ib_published(&pb, &ports[1], NULL);
+      bool ok = hoop__ib_select(&ports[0], a, &ports[1], b, why, sizeof why);
       printf("#   ranks %d and %d: %s: %s\n", a, b,
              ok ? "could use ib" : "no", why);
     }

@@ -19,20 +19,7 @@
 #include "core/comm.h"
 #include "core/engine.h"
 #include "core/error.h"
-#include "transport/transport.h"
-
-const char *hoop__collective_name(hoop_coll_t coll) {
-  switch (coll) {
-  case HOOP_COLL_ALLREDUCE: return "hoop_allreduce";
-  case HOOP_COLL_REDUCE_SCATTER: return "hoop_reduce_scatter";
-  case HOOP_COLL_ALLGATHER: return "hoop_allgather";
-  case HOOP_COLL_BROADCAST: return "hoop_broadcast";
-  case HOOP_COLL_REDUCE: return "hoop_reduce";
-  case HOOP_COLL_BARRIER: return "hoop_barrier";
-  case HOOP_COLL_ALLTOALL: return "hoop_alltoall";
-  default: return "hoop collective";
-  }
-}
+#include "core/types.h"
 
 static int overlap(const void *a, size_t alen, const void *b, size_t blen) {
   uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
@@ -52,7 +39,7 @@ void hoop__call_buffers(const struct hoop_comm *comm,
  */
 static hoop_result_t check_args(struct hoop_comm *comm, struct hoop_call *c,
                                 size_t per_rank, size_t mult, int has_op) {
-  const char *what = hoop__collective_name(c->coll);
+  const char *what = hoop__coll_call(c->coll);
   c->elem_size = hoop_dtype_size(c->dtype);
   if (c->elem_size == 0)
     return HOOP_ERROR(comm, HOOP_ERR_INVALID_ARGUMENT,
@@ -110,7 +97,7 @@ static hoop_result_t check_aliasing(struct hoop_comm *comm,
     return HOOP_ERROR(comm, HOOP_ERR_INVALID_ARGUMENT,
                       "%s: sendbuf and recvbuf overlap but are not the "
                       "in-place layout",
-                      hoop__collective_name(c->coll));
+                      hoop__coll_call(c->coll));
   return HOOP_SUCCESS;
 }
 
@@ -160,7 +147,7 @@ static hoop_result_t build_ring(struct hoop_plan *plan,
    * (bench/results/2026-11-24-cold-threshold.md).
    */
   int final_via_outbox =
-      allreduce && plan->cold && c->send != c->recv && comm->host_shm;
+      allreduce && plan->cold && c->send != c->recv && comm->host_memory;
   size_t slots = hoop__ring_outbox_slots(c->coll, n, depth,
                                          final_via_outbox);
   char *outbox = NULL;
@@ -381,7 +368,7 @@ hoop_result_t hoop__collective_run(struct hoop_comm *comm,
                                    struct hoop_call *c, size_t per_rank,
                                    hoop_coll_t label) {
   hoop_result_t res = HOOP_SUCCESS;
-  HOOP_CHECK(hoop__comm_enter(comm, hoop__collective_name(label)));
+  HOOP_CHECK(hoop__comm_enter(comm, hoop__coll_call(label)));
   HOOP_CHECK_GOTO(check_call(comm, c, per_rank), res, out);
   HOOP_CHECK_GOTO(plan_cache(comm), res, out);
   c->slice_bytes = comm->slice_bytes / c->elem_size * c->elem_size;
@@ -429,7 +416,7 @@ static hoop_result_t dispatch(struct hoop_comm *comm, struct hoop_call *c,
                               size_t per_rank, hoop_coll_t label,
                               hoop_stream_t stream) {
   int on_device = 0;
-  HOOP_CHECK(hoop__route_call(comm, hoop__collective_name(label), c->send,
+  HOOP_CHECK(hoop__route_call(comm, hoop__coll_call(label), c->send,
                               c->recv, stream, &on_device));
   c->setting = hoop__comm_algo(comm);
   if (!on_device)

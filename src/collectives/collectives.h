@@ -40,7 +40,4 @@ hoop_result_t hoop__alltoall_run(struct hoop_comm *comm, const void *sendbuf,
                                  void *recvbuf, size_t count,
                                  hoop_dtype_t dtype);
 
-/* "hoop_allreduce" and so on, for messages. */
-const char *hoop__collective_name(hoop_coll_t coll);
-
 #endif /* HOOP_COLLECTIVES_COLLECTIVES_H */

@@ -28,8 +28,8 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/param.h"
+#include "core/types.h"
 #include "transport/cuda_ipc.h"
-#include "transport/transport.h"
 
 /* How far past anything queued a failure sets the counters. */
 #define RELEASE_JUMP (1u << 30)
@@ -234,7 +234,7 @@ static void describe_record(const struct call_record *r, char *buf,
   char root[32] = "";
   if (label_rooted(l))
     snprintf(root, sizeof root, ", root %d", (int)r->root);
-  snprintf(buf, len, "%s(%s%s%s, count %llu%s%s)", hoop__collective_name(l),
+  snprintf(buf, len, "%s(%s%s%s, count %llu%s%s)", hoop__coll_call(l),
            hoop_dtype_name((hoop_dtype_t)r->dtype),
            label_reduces(l) ? " " : "",
            label_reduces(l) ? hoop_op_name((hoop_op_t)r->op) : "",

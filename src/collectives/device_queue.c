@@ -27,6 +27,7 @@
 #include "core/cuda_sync.h"
 #include "core/error.h"
 #include "core/param.h"
+#include "core/types.h"
 
 struct device_job {
   struct device_job *next;
@@ -299,14 +300,14 @@ static hoop_result_t run_single_device(struct hoop_comm *comm,
                                   (cudaStream_t)stream);
   return e == cudaSuccess
              ? HOOP_SUCCESS
-             : hoop__device_cuda_error(comm, e, hoop__collective_name(c->coll));
+             : hoop__device_cuda_error(comm, e, hoop__coll_call(c->coll));
 }
 
 hoop_result_t hoop__device_enqueue(struct hoop_comm *comm,
                                    const struct hoop_call *c,
                                    size_t per_rank, hoop_coll_t label,
                                    hoop_stream_t stream) {
-  const char *what = hoop__collective_name(label);
+  const char *what = hoop__coll_call(label);
   int64_t chunk = hoop__param_cuda_chunk_bytes();
   if (chunk < 4096 || chunk > ((int64_t)1 << 30))
     return HOOP_ERROR(comm, HOOP_ERR_INVALID_ARGUMENT,

@@ -126,7 +126,7 @@ static double host_bytes(const struct hoop_comm *comm, hoop_coll_t coll,
     total_reduced = busiest_reduced = 0;
     break;
   }
-  if (comm->host_shm) {
+  if (comm->host_memory) {
     busiest += 0.5 * busiest_reduced;
     total += 0.5 * total_reduced;
   }
@@ -236,7 +236,7 @@ hoop_result_t hoop_comm_get_model(hoop_comm_t comm, hoop_model_t *model) {
       .host_beta_s = comm->host_beta_s,
       .single_host = comm->single_host,
       .host_cores = comm->host_cores,
-      .host_shm = comm->host_shm,
+      .host_shm = comm->host_memory,
   };
   hoop__fill_versioned(model, &full, offsetof(hoop_model_t, alpha_s));
   return HOOP_SUCCESS;

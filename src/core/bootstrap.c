@@ -16,7 +16,7 @@
 #include "core/error.h"
 #include "core/hash.h"
 #include "core/log.h"
-#include "core/rdma.h"
+#include "core/conn.h"
 
 /*
  * Listening sockets opened by hoop__uid_create, waiting for this process's
@@ -130,8 +130,7 @@ static void identify(struct hoop_peer_info *me) {
   me->machine_hash = boot[0] != '\0' ? machine : h;
 }
 
-/* Entries in a directory, or 0 when it does not exist. */
-static int16_t count_entries(const char *dir) {
+int16_t hoop__dir_entries(const char *dir) {
   DIR *d = opendir(dir);
   if (d == NULL)
     return 0;
@@ -143,20 +142,14 @@ static int16_t count_entries(const char *dir) {
 }
 
 /*
- * What this rank could use.  Devices are counted from the kernel's view
+ * What this rank could use.  GPUs are counted from the kernel's view
  * (driver directories) so that hoop-info shows them even in a build
- * without CUDA or verbs.  The RDMA port, where a rank looks for one
- * (core/rdma.h), goes to every peer, so that each can say why ib cannot
- * join a pair.
+ * without CUDA.  Each transport publishes what its peers need to judge
+ * and join this rank (core/conn.h).
  */
 static void learn_capabilities(struct hoop_peer_info *me) {
-  if (access("/dev/shm", W_OK) == 0)
-    me->caps |= HOOP_CAP_SHM;
-  me->cuda_devices = count_entries("/proc/driver/nvidia/gpus");
-  me->verbs_devices = count_entries("/sys/class/infiniband");
-  char why[256];
-  hoop__rdma_publish(&me->rdma, why, sizeof why);
-  HOOP_INFO("rank %d: RDMA: %s", me->rank, why);
+  me->cuda_devices = hoop__dir_entries("/proc/driver/nvidia/gpus");
+  hoop__transports_publish(me);
 }
 
 static void fill_self(struct hoop_comm *comm, const struct hoop_addr *listen) {
@@ -292,6 +285,9 @@ static hoop_result_t take_hello(struct hoop_comm *comm, int *fds,
   return HOOP_ERROR(comm, HOOP_ERR_MISMATCH, "rendezvous: %s", why);
 }
 
+_Static_assert(sizeof(struct hoop_hello) <= HOOP_LISTENER_PAYLOAD_MAX,
+               "a hello fits what the rendezvous listener reads");
+
 static size_t hello_bytes(int32_t channel) {
   (void)channel;
   return sizeof(struct hoop_hello);
@@ -322,10 +318,8 @@ static hoop_result_t gather_hellos(struct hoop_comm *comm, int *lfd,
   };
   hoop_result_t res = hoop__listener_open(&l, NULL, *lfd);
   *lfd = -1;
-  if (res != HOOP_SUCCESS) {
-    hoop__error_attach(comm);
-    return res;
-  }
+  if (res != HOOP_SUCCESS)
+    return hoop__error_attach(comm, res);
   for (int joined = 1; joined < comm->nranks;) {
     long long left = deadline - hoop__now_ms();
     if (left <= 0) {
@@ -341,7 +335,7 @@ static hoop_result_t gather_hellos(struct hoop_comm *comm, int *lfd,
     bool got;
     res = hoop__listener_poll(&l, (int)left, &c, &got);
     if (res != HOOP_SUCCESS) {
-      hoop__error_attach(comm);
+      hoop__error_attach(comm, res);
       break;
     }
     if (got && (res = take_hello(comm, fds, &c, deadline, &joined)) !=

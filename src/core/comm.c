@@ -18,7 +18,7 @@
 #include "core/error.h"
 #include "core/param.h"
 #include "core/types.h"
-#include "transport/transport.h"
+#include "core/conn.h"
 
 /* ---- registry of live communicators ---------------------------------- */
 
@@ -169,6 +169,16 @@ void hoop__comm_leave(struct hoop_comm *comm) {
   __atomic_store_n(&comm->busy, 0, __ATOMIC_RELEASE);
 }
 
+hoop_result_t hoop__error_attach(struct hoop_comm *comm,
+                                 hoop_result_t result) {
+  if (comm != NULL) {
+    pthread_mutex_lock(&comm->state_lock);
+    memcpy(comm->last_error, hoop_last_error(), sizeof comm->last_error);
+    pthread_mutex_unlock(&comm->state_lock);
+  }
+  return result;
+}
+
 /* ---- lifecycle --------------------------------------------------------- */
 
 static void comm_free(struct hoop_comm *comm) {
@@ -280,22 +290,7 @@ static hoop_result_t apply_config(struct hoop_comm *comm,
                       "HOOP_SOCKBUF_BYTES=%zu is below 64K (0 leaves the "
                       "kernel's autotuning)",
                       comm->sockbuf_bytes);
-  /* Checked here, not at the first shm connection, so every rank agrees. */
-  int64_t slot = hoop__param_shm_slot_bytes(), slots = hoop__param_shm_slots();
-  if (slot < 4096 || slot > (64 << 20) || slot % 64 != 0)
-    return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
-                      "HOOP_SHM_SLOT_BYTES=%lld is not a multiple of 64 in "
-                      "4K..64M",
-                      (long long)slot);
-  if (slots < 2 || slots > 64)
-    return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
-                      "HOOP_SHM_SLOTS=%lld is outside 2..64",
-                      (long long)slots);
-  if (hoop__parse_shm_stores(hoop__param_shm_stores()) < 0)
-    return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
-                      "HOOP_SHM_STORES=%s is not auto, plain or nt",
-                      hoop__param_shm_stores());
-  return HOOP_SUCCESS;
+  return hoop__transports_check_settings();
 }
 
 hoop_result_t hoop__comm_create(struct hoop_comm **out, int nranks, int rank,

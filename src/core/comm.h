@@ -13,11 +13,11 @@
 
 #include "hoop.h"
 #include "core/auth.h"
+#include "core/error.h"
 #include "core/listener.h"
 #include "core/peer.h"
 #include "core/socket.h"
 
-#define HOOP_ERROR_MAX 512
 #define HOOP_MAX_RANKS 65536
 #define HOOP_MAX_NSOCKS 16
 #define HOOP_MIN_SOCKBUF (64 * 1024) /* HOOP_SOCKBUF_BYTES, unless 0 */
@@ -82,7 +82,7 @@ struct hoop_comm {
   double beta_s;         /* cost model: seconds per byte on a link */
   double host_beta_s;    /* cost model: seconds per byte copied on a host */
   int single_host;       /* every rank shares this rank's host */
-  int host_shm;          /* ... and this rank reaches all of them by shm */
+  int host_memory;       /* ... and reaches all of them through memory */
   int *host_index;       /* [nranks], numbered at creation (topology.c) */
   int host_cores;        /* online cores of this host */
   size_t cold_bytes;     /* calls from this size bypass the caches */

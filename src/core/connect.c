@@ -15,7 +15,7 @@
 #include "core/auth.h"
 #include "core/comm.h"
 #include "core/error.h"
-#include "transport/transport.h"
+#include "core/conn.h"
 
 const char *hoop__peer_desc(const struct hoop_comm *comm, int peer,
                             char *buf, size_t len) {
@@ -209,10 +209,8 @@ static hoop_result_t take_one(struct hoop_comm *comm, int wait_ms) {
   bool got;
   hoop_result_t res =
       hoop__listener_poll(&comm->listener, wait_ms, &p, &got);
-  if (res != HOOP_SUCCESS) {
-    hoop__error_attach(comm);
-    return res;
-  }
+  if (res != HOOP_SUCCESS)
+    return hoop__error_attach(comm, res);
   if (!got)
     return HOOP_SUCCESS;
   if (p.hs.channel == HOOP_NOTICE_CHANNEL) {
@@ -393,16 +391,13 @@ hoop_result_t hoop__comm_conn(struct hoop_comm *comm, int peer, int channel,
         .slice_bytes = comm->slice_bytes,
         .sockbuf_bytes = comm->sockbuf_bytes,
         .peer_desc = hoop__peer_desc(comm, peer, desc, sizeof desc),
-        .self_port = &comm->peers[comm->rank].rdma,
         .open_socket = open_socket,
         .ctx = &ctx,
     };
     hoop_result_t res = hoop__transport_connect(
         &comm->peers[comm->rank], &comm->peers[peer], &setup, slot);
-    if (res != HOOP_SUCCESS) {
-      hoop__error_attach(comm);
-      return res;
-    }
+    if (res != HOOP_SUCCESS)
+      return hoop__error_attach(comm, res);
   }
   *conn = *slot;
   return HOOP_SUCCESS;

@@ -14,7 +14,7 @@
 #include "core/types.h"
 #include "core/wire.h"
 #include "reduce/reduce.h"
-#include "transport/transport.h"
+#include "core/conn.h"
 
 #define HEADER_BYTES sizeof(struct hoop_wire_header)
 #define MAX_IOV 16
@@ -417,25 +417,13 @@ static hoop_result_t wait_for_io(struct hoop_plan *p, long long deadline,
  */
 static hoop_result_t prefer_notice(struct hoop_comm *comm,
                                    hoop_result_t res) {
-  hoop__error_attach(comm);
+  hoop__error_attach(comm, res);
   if (res == HOOP_ERR_REMOTE && !comm->notice_received) {
     hoop_result_t notice = hoop__comm_check_notices(comm, 100);
     if (notice != HOOP_SUCCESS)
       return notice;
   }
   return res;
-}
-
-struct keyed {
-  uint64_t key;
-  int32_t id;
-};
-
-static int cmp_keyed(const void *a, const void *b) {
-  const struct keyed *x = a, *y = b;
-  if (x->key != y->key)
-    return x->key < y->key ? -1 : 1;
-  return (x->id > y->id) - (x->id < y->id);
 }
 
 /* What a link's header announces: its bytes, or for send/recv a hash. */
@@ -452,19 +440,46 @@ static hoop_result_t pair_links(struct hoop_plan *p) {
   for (int i = 0; i < n; i++) {
     int twin = -1;
     for (int j = 0; j < p->nlinks && twin < 0; j++) {
-      if (p->links[j].conn == p->links[i].conn &&
+      if (p->links[j].peer == p->links[i].peer &&
+          p->links[j].channel == p->links[i].channel &&
           p->links[j].send != p->links[i].send)
         twin = j;
     }
     if (twin < 0) {
-      const struct hoop_conn *c = p->links[i].conn;
-      HOOP_CHECK(hoop__plan_link(p, c->peer, c->channel, !p->links[i].send,
-                                 &twin));
+      HOOP_CHECK(hoop__plan_link(p, p->links[i].peer, p->links[i].channel,
+                                 !p->links[i].send, &twin));
       p->links[twin].twin = i;
     }
     p->links[i].twin = twin;
   }
   return HOOP_SUCCESS;
+}
+
+/*
+ * Connecting is the engine's: a plan names only peers and channels.  A
+ * set-up blocks until the peer sets up its end, so every rank connects
+ * the pairs it lacks in one global order, by peer and then channel (for
+ * rank r that is the pairs (lower, r) and then (r, higher) in rank
+ * order): the least pair still missing is then next on both its ranks,
+ * and no two ranks wait on each other's other set-ups.
+ */
+static hoop_result_t connect_links(struct hoop_plan *p) {
+  struct hoop_comm *comm = p->comm;
+  struct hoop_keyed *order = malloc(sizeof *order * (size_t)p->nlinks);
+  if (order == NULL)
+    return HOOP_ERROR(comm, HOOP_ERR_NO_MEMORY, "connection order");
+  for (int i = 0; i < p->nlinks; i++)
+    order[i] = (struct hoop_keyed){
+        (uint64_t)p->links[i].peer * HOOP_MAX_NSOCKS +
+            (uint64_t)p->links[i].channel, i};
+  qsort(order, (size_t)p->nlinks, sizeof *order, hoop__keyed_cmp);
+  hoop_result_t res = HOOP_SUCCESS;
+  for (int i = 0; i < p->nlinks && res == HOOP_SUCCESS; i++) {
+    struct hoop_link *l = &p->links[order[i].id];
+    res = hoop__comm_conn(comm, l->peer, l->channel, &l->conn);
+  }
+  free(order);
+  return res;
 }
 
 /* Puts every link in key order and stamps its header. */
@@ -485,6 +500,7 @@ static hoop_result_t prepare(struct hoop_plan *p) {
         p, (comm->rank + comm->nranks - 1) % comm->nranks, 0, 0, &link));
   }
   HOOP_CHECK(pair_links(p));
+  HOOP_CHECK(connect_links(p));
   /*
    * Sized now, when the links are final: a root or an all-to-all may wait
    * on every peer at once, and a descriptor left out of poll() would only
@@ -510,12 +526,12 @@ static hoop_result_t prepare(struct hoop_plan *p) {
       l->header.count = l->bytes;
     if (l->nops < 2)
       continue;
-    struct keyed *k = malloc(sizeof *k * (size_t)l->nops);
+    struct hoop_keyed *k = malloc(sizeof *k * (size_t)l->nops);
     if (k == NULL)
       return HOOP_ERROR(p->comm, HOOP_ERR_NO_MEMORY, "plan order");
     for (int j = 0; j < l->nops; j++)
-      k[j] = (struct keyed){p->ops[l->ops[j]].key, l->ops[j]};
-    qsort(k, (size_t)l->nops, sizeof *k, cmp_keyed);
+      k[j] = (struct hoop_keyed){p->ops[l->ops[j]].key, l->ops[j]};
+    qsort(k, (size_t)l->nops, sizeof *k, hoop__keyed_cmp);
     for (int j = 0; j < l->nops; j++)
       l->ops[j] = k[j].id;
     free(k);

@@ -113,7 +113,9 @@ struct hoop_plan_op {
 };
 
 struct hoop_link {
-  struct hoop_conn *conn;
+  int peer;
+  int channel;
+  struct hoop_conn *conn; /* connected by the engine before the first run */
   int send;              /* 1: this rank writes the stream */
   struct hoop_wire_header header; /* sent, or expected, first */
   int32_t *ops;          /* indices into plan->ops, in stream order */
@@ -176,7 +178,10 @@ void hoop__plan_init(struct hoop_plan *plan, struct hoop_comm *comm,
                      hoop_dtype_t dtype, hoop_op_t op);
 void hoop__plan_free(struct hoop_plan *plan);
 
-/* The link to or from `peer` on `channel` (see hoop__comm_conn). */
+/*
+ * The link to or from `peer` on `channel`.  Building dials nobody: the
+ * engine connects a plan's links when it first runs it (hoop__comm_conn).
+ */
 hoop_result_t hoop__plan_link(struct hoop_plan *plan, int peer, int channel,
                               int send, int *link);
 

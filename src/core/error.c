@@ -6,7 +6,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/comm.h"
 
 static _Thread_local char thread_last_error[HOOP_ERROR_MAX];
 
@@ -34,17 +33,12 @@ const char *hoop_result_name(hoop_result_t result) {
 
 const char *hoop_last_error(void) { return thread_last_error; }
 
-hoop_result_t hoop__error(struct hoop_comm *comm, hoop_result_t result,
-                          const char *file, int line, const char *fmt, ...) {
+hoop_result_t hoop__error(hoop_result_t result, const char *file, int line,
+                          const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(thread_last_error, sizeof thread_last_error, fmt, ap);
   va_end(ap);
-  if (comm != NULL) {
-    pthread_mutex_lock(&comm->state_lock);
-    memcpy(comm->last_error, thread_last_error, sizeof comm->last_error);
-    pthread_mutex_unlock(&comm->state_lock);
-  }
   /*
    * Argument errors are the caller's to report; failures that involve the
    * system or a peer are logged so that a job never dies silently.
@@ -57,12 +51,6 @@ hoop_result_t hoop__error(struct hoop_comm *comm, hoop_result_t result,
     hoop__log(level, file, line, "%s: %s", hoop_result_name(result),
               thread_last_error);
   return result;
-}
-
-void hoop__error_attach(struct hoop_comm *comm) {
-  pthread_mutex_lock(&comm->state_lock);
-  memcpy(comm->last_error, thread_last_error, sizeof comm->last_error);
-  pthread_mutex_unlock(&comm->state_lock);
 }
 
 long long hoop__now_ns(void) {

@@ -10,25 +10,33 @@
 #include "hoop.h"
 #include "core/log.h"
 
+/* The longest error text kept, the NUL included. */
+#define HOOP_ERROR_MAX 512
+
 struct hoop_comm;
 
 /*
- * Formats the message, keeps it as the thread's last error and, when comm
- * is not NULL, as comm's last error, logs it, and returns `result`.
+ * Formats the message, keeps it as the thread's last error, logs it, and
+ * returns `result`.
  */
-hoop_result_t hoop__error(struct hoop_comm *comm, hoop_result_t result,
-                          const char *file, int line, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
+hoop_result_t hoop__error(hoop_result_t result, const char *file, int line,
+                          const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 /*
- * Keeps the thread's last error as comm's too.  Transports never see the
- * communicator and record errors with HOOP_ERROR(NULL, ...); the core
- * code that called them attaches the error when the call fails.
+ * Keeps the thread's last error as comm's too (nothing when comm is NULL)
+ * and returns `result`.  Defined by comm.c, whose business a
+ * communicator's state is.  Transports never see the communicator and
+ * record errors with HOOP_ERROR(NULL, ...); the core code that called
+ * them attaches the error when the call fails.
  */
-void hoop__error_attach(struct hoop_comm *comm);
+hoop_result_t hoop__error_attach(struct hoop_comm *comm,
+                                 hoop_result_t result);
 
+/* Records an error (hoop__error) and attaches it to comm. */
 #define HOOP_ERROR(comm, result, ...)                                        \
-  hoop__error((comm), (result), __FILE__, __LINE__, __VA_ARGS__)
+  hoop__error_attach(                                                        \
+      (comm), hoop__error((result), __FILE__, __LINE__, __VA_ARGS__))
 
 #define HOOP_CHECK(call)                                                     \
   do {                                                                       \

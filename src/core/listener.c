@@ -27,7 +27,8 @@ struct hoop_unproven {
   unsigned char buf[HOOP_AUTH_MAC_BYTES + HOOP_LISTENER_PAYLOAD_MAX];
 };
 
-_Static_assert(sizeof(struct hoop_handshake) <= HOOP_LISTENER_PAYLOAD_MAX &&
+_Static_assert(HOOP_NOTICE_BYTES <= HOOP_LISTENER_PAYLOAD_MAX &&
+                   sizeof(struct hoop_handshake) <= HOOP_LISTENER_PAYLOAD_MAX &&
                    sizeof(struct hoop_auth_proof) <=
                        HOOP_LISTENER_PAYLOAD_MAX,
                "every message a listener reads fits its buffer");
@@ -125,6 +126,13 @@ static bool take_handshake(struct hoop_listener *l, struct hoop_unproven *c,
   if (c->hs.comm_id != l->comm_id || c->hs.to != l->rank) {
     snprintf(why, why_len, "a handshake for rank %d of communicator %016llx",
              c->hs.to, (unsigned long long)c->hs.comm_id);
+    return false;
+  }
+  if (l->payload_bytes(c->hs.channel) > HOOP_LISTENER_PAYLOAD_MAX) {
+    snprintf(why, why_len, "channel %d, whose payload of %zu bytes is more "
+             "than a listener holds (%d)",
+             c->hs.channel, l->payload_bytes(c->hs.channel),
+             HOOP_LISTENER_PAYLOAD_MAX);
     return false;
   }
   if (c->hs.channel == HOOP_NOTICE_CHANNEL) {

@@ -29,8 +29,12 @@
  */
 #define HOOP_LISTENER_STRANGERS 64
 
-/* The most bytes a proven connection sends before it is handed out. */
-#define HOOP_LISTENER_PAYLOAD_MAX HOOP_NOTICE_BYTES
+/*
+ * The most bytes a proven connection sends before it is handed out: a
+ * notice's reason, or a rank's hello at the rendezvous (bootstrap.c
+ * asserts that it fits).
+ */
+#define HOOP_LISTENER_PAYLOAD_MAX 1024
 
 struct hoop_unproven;
 

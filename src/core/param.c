@@ -34,17 +34,7 @@ int hoop__parse_size(const char *text, int64_t *value) {
   return 0;
 }
 
-int hoop__parse_shm_stores(const char *text) {
-  if (text == NULL || strcasecmp(text, "auto") == 0)
-    return HOOP_SHM_STORES_AUTO;
-  if (strcasecmp(text, "plain") == 0)
-    return HOOP_SHM_STORES_PLAIN;
-  if (strcasecmp(text, "nt") == 0)
-    return HOOP_SHM_STORES_NT;
-  return -1;
-}
-
-static int64_t param_read(const char *env, int64_t def) {
+int64_t hoop__param_read(const char *env, int64_t def) {
   const char *text = getenv(env);
   if (text == NULL)
     return def;
@@ -59,14 +49,14 @@ static int64_t param_read(const char *env, int64_t def) {
 }
 
 /*
- * The text counterpart of param_read.  A copy, because a later setenv() or
+ * The text counterpart of hoop__param_read.  A copy, because a later setenv() or
  * putenv() may free or reuse what getenv() returned.  Copies are never
  * freed: callers keep the pointer, and a racing first read loses only a few
  * bytes.  An empty value counts as unset, the way "HOOP_X= program" is used
  * to turn a setting off.  Out of memory, the environment's own string is
  * the best there is.
  */
-static const char *string_param_read(const char *env, const char *def) {
+const char *hoop__param_read_string(const char *env, const char *def) {
   const char *text = getenv(env);
   if (text == NULL || *text == '\0')
     return def;
@@ -74,31 +64,5 @@ static const char *string_param_read(const char *env, const char *def) {
   return copy != NULL ? copy : text;
 }
 
-/*
- * A cached value belongs to the process that read it: run_ranks-style
- * launchers fork after the parent has read the settings, and each child
- * may set its own.  The value is stored before its owner, so a reader that
- * sees its own pid sees its own value; racing first reads store equal ones.
- */
-#define HOOP_PARAM_GETTER_(type, name, read)                                 \
-  type hoop__param_##name(void) {                                            \
-    static type cached;                                                      \
-    static pid_t owner;                                                      \
-    pid_t self = getpid();                                                   \
-    if (__atomic_load_n(&owner, __ATOMIC_ACQUIRE) == self)                   \
-      return __atomic_load_n(&cached, __ATOMIC_RELAXED);                     \
-    type v = read;                                                           \
-    __atomic_store_n(&cached, v, __ATOMIC_RELAXED);                          \
-    __atomic_store_n(&owner, self, __ATOMIC_RELEASE);                        \
-    return v;                                                                \
-  }
-
-#define HOOP_PARAM_DEFINE_(name, env, def)                                   \
-  HOOP_PARAM_GETTER_(int64_t, name, param_read(env, def))
-HOOP_PARAMS(HOOP_PARAM_DEFINE_)
-#undef HOOP_PARAM_DEFINE_
-
-#define HOOP_STRING_PARAM_DEFINE_(name, env, def)                            \
-  HOOP_PARAM_GETTER_(const char *, name, string_param_read(env, def))
-HOOP_STRING_PARAMS(HOOP_STRING_PARAM_DEFINE_)
-#undef HOOP_STRING_PARAM_DEFINE_
+HOOP_PARAMS(HOOP_PARAM_DEFINE)
+HOOP_STRING_PARAMS(HOOP_STRING_PARAM_DEFINE)

@@ -8,6 +8,7 @@
 #define HOOP_PARAM_H
 
 #include <stdint.h>
+#include <unistd.h> /* getpid, for HOOP_PARAM_GETTER */
 
 #define HOOP_PARAMS(X)                                                       \
   X(timeout_ms, "HOOP_TIMEOUT_MS", 300000)                                   \
@@ -19,8 +20,6 @@
   X(cold_bytes, "HOOP_COLD_BYTES", 0)                                        \
   X(spin_us, "HOOP_SPIN_US", 5)                                             \
   X(yield_us, "HOOP_YIELD_US", 2000)                                        \
-  X(shm_slot_bytes, "HOOP_SHM_SLOT_BYTES", 256 * 1024)                      \
-  X(shm_slots, "HOOP_SHM_SLOTS", 8)                                          \
   X(alpha_ns, "HOOP_ALPHA_NS", 20000)                                        \
   X(link_mbps, "HOOP_LINK_MBPS", 2000)                                       \
   X(host_mbps, "HOOP_HOST_MBPS", 5000)                                       \
@@ -33,28 +32,24 @@
  * the default when it is unset or empty; the caller validates it, so that
  * the error reaches the call that used it.  The HOOP_IB_* numbers are
  * here rather than in HOOP_PARAMS so that a bad one is refused by name
- * (core/rdma_settings.c) instead of replaced by its default.
+ * (transport/rdma_settings.c) instead of replaced by its default.
  */
 #define HOOP_STRING_PARAMS(X)                                                \
   X(algo, "HOOP_ALGO", NULL)                                                 \
   X(socket_ifname, "HOOP_SOCKET_IFNAME", NULL)                              \
-  X(transport, "HOOP_TRANSPORT", NULL)                                      \
-  X(shm_stores, "HOOP_SHM_STORES", NULL)                                    \
-  X(ib_hca, "HOOP_IB_HCA", NULL)                                             \
-  X(ib_gid_index, "HOOP_IB_GID_INDEX", NULL)                                 \
-  X(ib_timeout, "HOOP_IB_TIMEOUT", NULL)                                     \
-  X(ib_retry_cnt, "HOOP_IB_RETRY_CNT", NULL)                                 \
-  X(ib_sl, "HOOP_IB_SL", NULL)                                               \
-  X(ib_tc, "HOOP_IB_TC", NULL)
+  X(transport, "HOOP_TRANSPORT", NULL)
 
-#define HOOP_PARAM_DECLARE_(name, env, def) int64_t hoop__param_##name(void);
-HOOP_PARAMS(HOOP_PARAM_DECLARE_)
-#undef HOOP_PARAM_DECLARE_
-
-#define HOOP_STRING_PARAM_DECLARE_(name, env, def)                           \
+/* For a list's X: declares, or defines (HOOP_PARAM_GETTER), its getters. */
+#define HOOP_PARAM_DECLARE(name, env, def) int64_t hoop__param_##name(void);
+#define HOOP_STRING_PARAM_DECLARE(name, env, def)                            \
   const char *hoop__param_##name(void);
-HOOP_STRING_PARAMS(HOOP_STRING_PARAM_DECLARE_)
-#undef HOOP_STRING_PARAM_DECLARE_
+#define HOOP_PARAM_DEFINE(name, env, def)                                    \
+  HOOP_PARAM_GETTER(int64_t, name, hoop__param_read(env, def))
+#define HOOP_STRING_PARAM_DEFINE(name, env, def)                             \
+  HOOP_PARAM_GETTER(const char *, name, hoop__param_read_string(env, def))
+
+HOOP_PARAMS(HOOP_PARAM_DECLARE)
+HOOP_STRING_PARAMS(HOOP_STRING_PARAM_DECLARE)
 
 /*
  * Parses an integer with an optional K, M or G suffix (powers of 1024).
@@ -62,14 +57,33 @@ HOOP_STRING_PARAMS(HOOP_STRING_PARAM_DECLARE_)
  */
 int hoop__parse_size(const char *text, int64_t *value);
 
-/* HOOP_SHM_STORES: how the shm transport writes into its FIFO. */
-enum hoop_shm_stores {
-  HOOP_SHM_STORES_AUTO,  /* each piece the way that times faster */
-  HOOP_SHM_STORES_PLAIN, /* through the caches */
-  HOOP_SHM_STORES_NT     /* around them (non-temporal stores) */
-};
+/*
+ * The reading behind every getter, for the lists kept elsewhere (each
+ * transport's own settings, transport/params.h): a number with K/M/G
+ * (a malformed one warns and gives `def`), and text (empty is unset).
+ */
+int64_t hoop__param_read(const char *env, int64_t def);
+const char *hoop__param_read_string(const char *env, const char *def);
 
-/* NULL (unset) is AUTO; -1 for text that is not auto, plain or nt. */
-int hoop__parse_shm_stores(const char *text);
+/*
+ * Defines `type hoop__param_<name>(void)` returning `read`, evaluated once
+ * per process.  A cached value belongs to the process that read it:
+ * run_ranks-style launchers fork after the parent has read the settings,
+ * and each child may set its own.  The value is stored before its owner,
+ * so a reader that sees its own pid sees its own value; racing first
+ * reads store equal ones.
+ */
+#define HOOP_PARAM_GETTER(type, name, read)                                  \
+  type hoop__param_##name(void) {                                            \
+    static type cached;                                                      \
+    static pid_t owner;                                                      \
+    pid_t self = getpid();                                                   \
+    if (__atomic_load_n(&owner, __ATOMIC_ACQUIRE) == self)                   \
+      return __atomic_load_n(&cached, __ATOMIC_RELAXED);                     \
+    type v = read;                                                           \
+    __atomic_store_n(&cached, v, __ATOMIC_RELAXED);                          \
+    __atomic_store_n(&owner, self, __ATOMIC_RELEASE);                        \
+    return v;                                                                \
+  }
 
 #endif /* HOOP_PARAM_H */

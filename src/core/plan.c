@@ -50,10 +50,9 @@ static hoop_result_t grow(struct hoop_comm *comm, void **array, int *cap,
 
 hoop_result_t hoop__plan_link(struct hoop_plan *plan, int peer, int channel,
                               int send, int *link) {
-  struct hoop_conn *conn;
-  HOOP_CHECK(hoop__comm_conn(plan->comm, peer, channel, &conn));
   for (int i = 0; i < plan->nlinks; i++) {
-    if (plan->links[i].conn == conn && plan->links[i].send == send) {
+    const struct hoop_link *l = &plan->links[i];
+    if (l->peer == peer && l->channel == channel && l->send == send) {
       *link = i;
       return HOOP_SUCCESS;
     }
@@ -62,7 +61,8 @@ hoop_result_t hoop__plan_link(struct hoop_plan *plan, int peer, int channel,
                   plan->nlinks + 1, sizeof *plan->links));
   struct hoop_link *l = &plan->links[plan->nlinks];
   memset(l, 0, sizeof *l);
-  l->conn = conn;
+  l->peer = peer;
+  l->channel = channel;
   l->send = send;
   *link = plan->nlinks++;
   return HOOP_SUCCESS;

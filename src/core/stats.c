@@ -6,7 +6,6 @@
 #include "core/engine.h"
 #include "core/error.h"
 #include "core/types.h"
-#include "transport/transport.h"
 
 void hoop__stats_count(struct hoop_comm *comm, const struct hoop_plan *plan,
                        hoop_coll_t label, hoop_algo_t algo, long long ns) {
@@ -17,7 +16,7 @@ void hoop__stats_count(struct hoop_comm *comm, const struct hoop_plan *plan,
   s->wait_ns += (uint64_t)plan->wait_ns;
   for (int i = 0; i < plan->nlinks; i++) {
     const struct hoop_link *l = &plan->links[i];
-    int peer = l->conn->peer;
+    int peer = l->peer;
     if (l->send) {
       comm->peer_sent[peer] += l->bytes;
       comm->stats.bytes_sent += l->bytes;

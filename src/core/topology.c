@@ -9,7 +9,7 @@
 #include "core/log.h"
 #include "core/param.h"
 #include "hoop_build_config.h"
-#include "transport/transport.h"
+#include "core/conn.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,25 +26,13 @@ static hoop_result_t check_rank(hoop_comm_t comm, const char *what,
   return HOOP_SUCCESS;
 }
 
-struct by_host {
-  uint64_t hash;
-  int rank;
-};
-
-static int cmp_by_host(const void *a, const void *b) {
-  const struct by_host *x = a, *y = b;
-  if (x->hash != y->hash)
-    return x->hash < y->hash ? -1 : 1;
-  return (x->rank > y->rank) - (x->rank < y->rank);
-}
-
 /*
  * Hosts are numbered by their lowest rank, so every rank agrees.  Sorting
  * by host keeps it O(n log n) for large jobs.
  */
 hoop_result_t hoop__comm_index_hosts(struct hoop_comm *comm) {
   int n = comm->nranks;
-  struct by_host *order = malloc(sizeof *order * (size_t)n);
+  struct hoop_keyed *order = malloc(sizeof *order * (size_t)n);
   int *lowest = malloc(sizeof *lowest * (size_t)n);
   int *index = malloc(sizeof *index * (size_t)n);
   if (order == NULL || lowest == NULL || index == NULL) {
@@ -54,12 +42,12 @@ hoop_result_t hoop__comm_index_hosts(struct hoop_comm *comm) {
     return HOOP_ERROR(comm, HOOP_ERR_NO_MEMORY, "host table");
   }
   for (int r = 0; r < n; r++)
-    order[r] = (struct by_host){comm->peers[r].host_hash, r};
-  qsort(order, (size_t)n, sizeof *order, cmp_by_host);
+    order[r] = (struct hoop_keyed){comm->peers[r].host_hash, r};
+  qsort(order, (size_t)n, sizeof *order, hoop__keyed_cmp);
   for (int i = 0; i < n; i++)
-    lowest[order[i].rank] =
-        i > 0 && order[i].hash == order[i - 1].hash ? lowest[order[i - 1].rank]
-                                                    : order[i].rank;
+    lowest[order[i].id] =
+        i > 0 && order[i].key == order[i - 1].key ? lowest[order[i - 1].id]
+                                                  : order[i].id;
   /* A host's index counts the hosts whose lowest rank comes before. */
   for (int r = 0, hosts = 0; r < n; r++)
     index[r] = lowest[r] == r ? hosts++ : index[lowest[r]];
@@ -89,10 +77,9 @@ hoop_result_t hoop_comm_rank_info(hoop_comm_t comm, int rank,
     hoop_rank_info_t full = {
         .host = comm->host_index[rank],
         .pid = p->pid,
-        .shm = (p->caps & HOOP_CAP_SHM) != 0,
         .cuda_devices = p->cuda_devices,
-        .verbs_devices = p->verbs_devices,
     };
+    hoop__transports_rank_info(p, &full);
     memcpy(full.hostname, p->hostname, sizeof full.hostname);
     full.hostname[sizeof full.hostname - 1] = '\0';
     hoop__fill_versioned(info, &full, offsetof(hoop_rank_info_t, host));
@@ -289,11 +276,12 @@ void hoop__comm_learn_host(struct hoop_comm *comm) {
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   comm->host_cores = cores > 0 ? (int)cores : 1;
   comm->single_host = local == comm->nranks;
-  comm->host_shm = comm->single_host;
-  for (int i = 0; i < comm->nranks; i++)
-    if (i != comm->rank &&
-        hoop__transport_pick(me, &comm->peers[i]) != &hoop__shm_transport)
-      comm->host_shm = 0;
+  comm->host_memory = comm->single_host;
+  for (int i = 0; i < comm->nranks && comm->host_memory; i++) {
+    const struct hoop_transport_ops *t =
+        i != comm->rank ? hoop__transport_pick(me, &comm->peers[i]) : NULL;
+    comm->host_memory = i == comm->rank || (t != NULL && t->through_memory);
+  }
   learn_cold_bytes(comm, sharing);
   int crowded = sharing > comm->host_cores;
   comm->spin_ns = crowded ? 0 : (long long)hoop__param_spin_us() * 1000;

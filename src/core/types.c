@@ -48,22 +48,41 @@ const char *hoop_algo_name(hoop_algo_t algo) {
   return (unsigned)algo < HOOP_ALGO_COUNT ? algo_names[algo] : "invalid-algo";
 }
 
-/* Indexed by value: HOOP_COLL_ALLREDUCE is 1, so entry 0 stays NULL. */
-static const char *const coll_names[HOOP_COLL_COUNT] = {
-    [HOOP_COLL_ALLREDUCE] = "allreduce",
-    [HOOP_COLL_REDUCE_SCATTER] = "reduce_scatter",
-    [HOOP_COLL_ALLGATHER] = "allgather",
-    [HOOP_COLL_BROADCAST] = "broadcast",
-    [HOOP_COLL_REDUCE] = "reduce",
-    [HOOP_COLL_BARRIER] = "barrier",
-    [HOOP_COLL_SENDRECV] = "send/recv",
-    [HOOP_COLL_ALLTOALL] = "alltoall",
+/*
+ * Each collective's short name and the call a user made, indexed by
+ * value: HOOP_COLL_ALLREDUCE is 1, so entry 0 stays empty.
+ */
+static const struct {
+  const char *name;
+  const char *call;
+} colls[HOOP_COLL_COUNT] = {
+    [HOOP_COLL_ALLREDUCE] = {"allreduce", "hoop_allreduce"},
+    [HOOP_COLL_REDUCE_SCATTER] = {"reduce_scatter", "hoop_reduce_scatter"},
+    [HOOP_COLL_ALLGATHER] = {"allgather", "hoop_allgather"},
+    [HOOP_COLL_BROADCAST] = {"broadcast", "hoop_broadcast"},
+    [HOOP_COLL_REDUCE] = {"reduce", "hoop_reduce"},
+    [HOOP_COLL_BARRIER] = {"barrier", "hoop_barrier"},
+    [HOOP_COLL_SENDRECV] = {"send/recv", "hoop_send/hoop_recv"},
+    [HOOP_COLL_ALLTOALL] = {"alltoall", "hoop_alltoall"},
 };
 
 const char *hoop__coll_name(hoop_coll_t coll) {
-  if ((unsigned)coll >= HOOP_COLL_COUNT || coll_names[coll] == NULL)
+  if ((unsigned)coll >= HOOP_COLL_COUNT || colls[coll].name == NULL)
     return "unknown-collective";
-  return coll_names[coll];
+  return colls[coll].name;
+}
+
+const char *hoop__coll_call(hoop_coll_t coll) {
+  if ((unsigned)coll >= HOOP_COLL_COUNT || colls[coll].call == NULL)
+    return "hoop collective";
+  return colls[coll].call;
+}
+
+int hoop__keyed_cmp(const void *a, const void *b) {
+  const struct hoop_keyed *x = a, *y = b;
+  if (x->key != y->key)
+    return x->key < y->key ? -1 : 1;
+  return (x->id > y->id) - (x->id < y->id);
 }
 
 /* The two fields every versioned struct starts with. */

@@ -3,11 +3,14 @@
 #define HOOP_TYPES_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "hoop.h"
 
 /* The collective's name in messages ("allreduce", "send/recv"). */
 const char *hoop__coll_name(hoop_coll_t coll);
+/* The call that runs it, for messages: "hoop_allreduce". */
+const char *hoop__coll_call(hoop_coll_t coll);
 
 /*
  * The structs hoop fills that start with `size_t size; unsigned version;`
@@ -27,5 +30,16 @@ void hoop__fill_versioned(void *out, const void *full, size_t first);
 
 /* Parses HOOP_ALGO's text; returns -1 when it names no algorithm. */
 int hoop__parse_algo(const char *text);
+
+/*
+ * An id with a sort key, for qsort with hoop__keyed_cmp: by key, then by
+ * id, so that equal keys keep one order on every rank.
+ */
+struct hoop_keyed {
+  uint64_t key;
+  int32_t id;
+};
+
+int hoop__keyed_cmp(const void *a, const void *b);
 
 #endif /* HOOP_TYPES_H */

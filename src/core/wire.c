@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 
 #include "core/comm.h"
+#include "core/conn.h"
 #include "core/engine.h"
 
 __attribute__((format(printf, 3, 4))) static bool refuse(char *why,
@@ -41,35 +42,6 @@ static void copy_text(char *dst, size_t cap, const char *src, size_t len) {
   dst[n] = '\0';
 }
 
-/*
- * The RDMA port a rank published: a status that exists and, for a
- * described port, numbers within their enums and a device name that ends
- * within its field.
- */
-static bool rdma_port_parse(const struct hoop_rdma_port *r, int32_t rank,
-                            char *why, size_t why_len) {
-  if (r->status >= HOOP_RDMA_STATUS_COUNT)
-    return refuse(why, why_len, "rank %d's RDMA port has status %u", rank,
-                  r->status);
-  if (r->status != HOOP_RDMA_PORT)
-    return true;
-  if (r->port < 1 || r->state >= HOOP_PORT_STATE_COUNT ||
-      r->link_layer < HOOP_LINK_IB || r->link_layer >= HOOP_LINK_COUNT ||
-      r->mtu < HOOP_MTU_MIN || r->mtu > HOOP_MTU_MAX ||
-      r->gid_type >= HOOP_GID_TYPE_COUNT || r->gid_forced > 1)
-    return refuse(why, why_len,
-                  "rank %d's RDMA port has port %u, state %u, link layer "
-                  "%u, MTU %u, GID type %u and GID setting %u",
-                  rank, r->port, r->state, r->link_layer, r->mtu,
-                  r->gid_type, r->gid_forced);
-  if (memchr(r->device, '\0', sizeof r->device) == NULL)
-    return refuse(why, why_len,
-                  "rank %d's RDMA device name does not end within its %zu "
-                  "bytes",
-                  rank, sizeof r->device);
-  return true;
-}
-
 bool hoop__peer_info_parse(const void *bytes, int32_t rank,
                            struct hoop_peer_info *out, char *why,
                            size_t why_len) {
@@ -83,17 +55,14 @@ bool hoop__peer_info_parse(const void *bytes, int32_t rank,
     return refuse(why, why_len,
                   "rank %d's address has family %u and port %u", rank,
                   p.addr.family, p.addr.port);
-  if (p.pid <= 0 || (p.caps & ~HOOP_CAP_SHM) != 0 || p.cuda_devices < 0 ||
-      p.verbs_devices < 0)
-    return refuse(why, why_len,
-                  "rank %d's info has pid %d, capabilities %#x, %d GPUs "
-                  "and %d RDMA devices",
-                  rank, p.pid, p.caps, p.cuda_devices, p.verbs_devices);
+  if (p.pid <= 0 || p.cuda_devices < 0)
+    return refuse(why, why_len, "rank %d's info has pid %d and %d GPUs",
+                  rank, p.pid, p.cuda_devices);
   if (memchr(p.hostname, '\0', sizeof p.hostname) == NULL)
     return refuse(why, why_len,
                   "rank %d's host name does not end within its %zu bytes",
                   rank, sizeof p.hostname);
-  if (!rdma_port_parse(&p.rdma, rank, why, why_len))
+  if (!hoop__transports_parse(&p, why, why_len))
     return false;
   *out = p;
   return true;

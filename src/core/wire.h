@@ -19,7 +19,7 @@
 #include "core/peer.h"
 
 #define HOOP_WIRE_MAGIC 0x686f6f70u /* "hoop" */
-#define HOOP_WIRE_VERSION 5u
+#define HOOP_WIRE_VERSION 6u
 
 #define HOOP_AUTH_NONCE_BYTES 16
 #define HOOP_AUTH_MAC_BYTES 32
@@ -103,10 +103,9 @@ struct hoop_wire_header;
 
 /*
  * One published peer info, claimed by `rank`: an IPv4 or IPv6 address
- * with a port, a positive pid, known capability bits, device counts of
- * at least 0, a host name that ends within its field, and an RDMA port
- * whose status and, for a described port, numbers and device name are
- * within bounds.
+ * with a port, a positive pid, a GPU count of at least 0, a host name
+ * that ends within its field, and each transport's bytes as that
+ * transport's parser bounds them (hoop__transports_parse).
  */
 bool hoop__peer_info_parse(const void *bytes, int32_t rank,
                            struct hoop_peer_info *out, char *why,

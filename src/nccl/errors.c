@@ -90,23 +90,6 @@ NCCL_EXPORT const char *pncclGetErrorString(ncclResult_t result) {
 }
 NCCL_ALIAS(ncclGetErrorString);
 
-NCCL_EXPORT const char *pncclGetLastError(ncclComm_t comm) {
-  /*
-   * NCCL keeps one text per thread; an error met by another thread (a
-   * device call failing after it returned) is the communicator's own.
-   */
-  if (last_error[0] != '\0' || !nccl__comm_valid(comm))
-    return last_error;
-  const char *text = last_error;
-  pthread_mutex_lock(&comm->lock);
-  hoop_comm_t hc = LOAD(comm->hc);
-  if (hc != NULL)
-    text = hoop_comm_last_error(hc);
-  pthread_mutex_unlock(&comm->lock);
-  return text;
-}
-NCCL_ALIAS(ncclGetLastError);
-
 NCCL_EXPORT ncclResult_t pncclGetVersion(int *version) {
   if (version == NULL)
     return nccl__error(ncclInvalidArgument, "ncclGetVersion: version is NULL");

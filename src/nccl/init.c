@@ -1,115 +1,17 @@
 /*
- * NCCL communicators: creation (blocking or in the background), split,
- * shrink, and the ways to end one.  Each wraps one hoop communicator.
+ * Making NCCL communicators: init (blocking or in the background), split
+ * and shrink.  Each wraps one hoop communicator.
  */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "nccl/nccl_comm.h"
 
 _Static_assert(sizeof(ncclUniqueId) == sizeof(hoop_unique_id_t),
                "an NCCL id carries a hoop id");
-
-/* ---- the communicator's lifetime ---------------------------------------- */
-
-bool nccl__comm_valid(ncclComm_t comm) {
-  return comm != NULL && comm->magic == NCCL_COMM_MAGIC;
-}
-
-static ncclComm_t comm_new(int nranks, int rank, const ncclConfig_t *cfg) {
-  ncclComm_t c = calloc(1, sizeof *c);
-  if (c == NULL)
-    return NULL;
-  c->magic = NCCL_COMM_MAGIC;
-  c->nranks = nranks;
-  c->rank = rank;
-  c->cuda_dev = nccl__cuda_current_device();
-  if (cfg->commName != NULL)
-    snprintf(c->name, sizeof c->name, "%s", cfg->commName);
-  pthread_mutex_init(&c->lock, NULL);
-  pthread_cond_init(&c->changed, NULL);
-  c->state = NCCL_COMM_INITIALIZING; /* not yet shared */
-  return c;
-}
-
-/* Frees what a communicator holds once no call is inside it. */
-static void comm_free(ncclComm_t c) {
-  if (c->hc != NULL)
-    hoop_comm_destroy(c->hc);
-  /* Our own spare was never used for a shrink: stop listening for it. */
-  if (c->spares != NULL && !c->spare_used[c->rank])
-    hoop_unique_id_release(&c->spares[c->rank]);
-  free(c->spares);
-  free(c->spare_used);
-  free(c->premul);
-  pthread_mutex_destroy(&c->lock);
-  pthread_cond_destroy(&c->changed);
-  c->magic = 0;
-  free(c);
-}
-
-/*
- * Waits, without the lock, until no call is inside.  A call leaves with a
- * single decrement and never touches the struct after it, so polling is
- * what lets the struct be freed at once; destroy is rare.
- */
-static void wait_idle(ncclComm_t c) {
-  while (LOAD(c->busy) > 0)
-    usleep(100);
-}
-
-static void set_state(ncclComm_t c, enum nccl_state s) { STORE(c->state, (int)s); }
-
-/* The slow way in: a background init to wait for, or a refusal. */
-static ncclResult_t enter_slowly(ncclComm_t comm, const char *what) {
-  pthread_mutex_lock(&comm->lock);
-  while (LOAD(comm->state) == NCCL_COMM_INITIALIZING && !LOAD(comm->freeing))
-    pthread_cond_wait(&comm->changed, &comm->lock);
-  ncclResult_t r = ncclSuccess;
-  int state = LOAD(comm->state);
-  if (LOAD(comm->freeing))
-    r = nccl__error(ncclInvalidUsage,
-                    "%s: the communicator is being destroyed or aborted",
-                    what);
-  else if (state == NCCL_COMM_FAILED)
-    r = nccl__error(comm->init_result == ncclSuccess ? ncclInvalidUsage
-                                                     : comm->init_result,
-                    "%s: the communicator's initialisation failed", what);
-  else if (state == NCCL_COMM_REVOKED)
-    r = nccl__error(ncclInvalidUsage,
-                    "%s: the communicator was revoked (ncclCommRevoke or a "
-                    "shrink with NCCL_SHRINK_ABORT); shrink or destroy it",
-                    what);
-  pthread_mutex_unlock(&comm->lock);
-  return r;
-}
-
-ncclResult_t nccl__enter(ncclComm_t comm, const char *what,
-                         hoop_comm_t *hc) {
-  if (!nccl__comm_valid(comm))
-    return nccl__error(ncclInvalidArgument, "%s: %s", what,
-                       comm == NULL ? "communicator is NULL"
-                                    : "not a communicator (freed?)");
-  __atomic_add_fetch(&comm->busy, 1, __ATOMIC_SEQ_CST);
-  if (LOAD(comm->state) != NCCL_COMM_READY || LOAD(comm->freeing)) {
-    ncclResult_t r = enter_slowly(comm, what);
-    if (r != ncclSuccess) {
-      __atomic_sub_fetch(&comm->busy, 1, __ATOMIC_SEQ_CST);
-      return r;
-    }
-  }
-  if (hc != NULL)
-    *hc = LOAD(comm->hc);
-  return ncclSuccess;
-}
-
-void nccl__leave(ncclComm_t comm) {
-  __atomic_sub_fetch(&comm->busy, 1, __ATOMIC_SEQ_CST);
-}
 
 /* ---- configuration ------------------------------------------------------ */
 
@@ -200,6 +102,36 @@ struct init_job {
   hoop_unique_id_t *extra;
 };
 
+static ncclComm_t comm_new(int nranks, int rank, const ncclConfig_t *cfg) {
+  ncclComm_t c = calloc(1, sizeof *c);
+  if (c == NULL)
+    return NULL;
+  c->magic = NCCL_COMM_MAGIC;
+  c->nranks = nranks;
+  c->rank = rank;
+  c->cuda_dev = nccl__cuda_current_device();
+  if (cfg->commName != NULL)
+    snprintf(c->name, sizeof c->name, "%s", cfg->commName);
+  pthread_mutex_init(&c->lock, NULL);
+  pthread_cond_init(&c->changed, NULL);
+  c->state = NCCL_COMM_INITIALIZING; /* not yet shared */
+  return c;
+}
+
+/* A job and its communicator, made together: a failure leaves neither. */
+static ncclResult_t job_new(struct init_job **out, int nranks, int rank,
+                            const ncclConfig_t *cfg, const char *what) {
+  struct init_job *job = calloc(1, sizeof *job);
+  ncclComm_t c = job != NULL ? comm_new(nranks, rank, cfg) : NULL;
+  if (c == NULL) {
+    free(job);
+    return nccl__error(ncclSystemError, "%s: out of memory", what);
+  }
+  job->comm = c;
+  *out = job;
+  return ncclSuccess;
+}
+
 /* Every rank's spare id for shrinks, gathered over the new communicator. */
 static ncclResult_t make_spares(ncclComm_t c, hoop_comm_t hc) {
   if (c->nranks == 1)
@@ -243,18 +175,18 @@ static void init_done(ncclComm_t c, ncclResult_t r) {
   pthread_mutex_lock(&c->lock);
   bool abandoned = c->abandoned;
   c->init_result = abandoned ? ncclInvalidUsage : r;
-  set_state(c, r == ncclSuccess && !abandoned ? NCCL_COMM_READY
+  nccl__set_state(c, r == ncclSuccess && !abandoned ? NCCL_COMM_READY
                                               : NCCL_COMM_FAILED);
   pthread_cond_broadcast(&c->changed);
   pthread_mutex_unlock(&c->lock);
   if (abandoned) {
-    wait_idle(c);
+    nccl__wait_idle(c);
     hoop_comm_t hc = LOAD(c->hc);
     if (hc != NULL) {
       STORE(c->hc, NULL);
       hoop_comm_abort(hc);
     }
-    comm_free(c);
+    nccl__comm_free(c);
   }
 }
 
@@ -309,7 +241,7 @@ static ncclResult_t start_job(struct init_job *job, bool blocking,
       nccl__leave(job->parent);
     free(job->extra);
     free(job);
-    comm_free(c);
+    nccl__comm_free(c);
     return nccl__error(ncclSystemError, "%s: cannot start a thread: %s",
                        what, strerror(err));
   }
@@ -336,13 +268,10 @@ static ncclResult_t init_rank(ncclComm_t *out, int nranks,
   ncclResult_t r = nccl__read_config(config, &cfg, what);
   if (r != ncclSuccess)
     return r;
-  struct init_job *job = calloc(1, sizeof *job);
-  ncclComm_t c = job != NULL ? comm_new(nranks, rank, &cfg) : NULL;
-  if (c == NULL) {
-    free(job);
-    return nccl__error(ncclSystemError, "%s: out of memory", what);
-  }
-  job->comm = c;
+  struct init_job *job;
+  r = job_new(&job, nranks, rank, &cfg, what);
+  if (r != ncclSuccess)
+    return r;
   memcpy(&job->id, id, sizeof job->id);
   if (nextra > 0) {
     job->extra = malloc(sizeof *extra * (size_t)nextra);
@@ -557,14 +486,12 @@ NCCL_EXPORT ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key,
   r = nccl__enter(comm, what, &job_hc);
   if (r != ncclSuccess)
     return r;
-  struct init_job *job = calloc(1, sizeof *job);
-  ncclComm_t c = job != NULL ? comm_new(1, 0, &cfg) : NULL;
-  if (c == NULL) {
-    free(job);
+  struct init_job *job;
+  r = job_new(&job, 1, 0, &cfg, what);
+  if (r != ncclSuccess) {
     nccl__leave(comm);
-    return nccl__error(ncclSystemError, "%s: out of memory", what);
+    return r;
   }
-  job->comm = c;
   job->parent = comm;
   job->parent_hc = job_hc;
   job->color = color;
@@ -574,8 +501,8 @@ NCCL_EXPORT ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key,
     bool member = false;
     r = split_agree(job, &member);
     nccl__leave(comm);
+    nccl__comm_free(job->comm);
     free(job);
-    comm_free(c);
     return r;
   }
   return start_job(job, config_blocking(&cfg), newcomm, what);
@@ -664,118 +591,19 @@ NCCL_EXPORT ncclResult_t pncclCommShrink(ncclComm_t comm,
   if (shrinkFlags == NCCL_SHRINK_ABORT && LOAD(comm->hc) != NULL) {
     abort_hc = LOAD(comm->hc);
     STORE(comm->hc, NULL);
-    set_state(comm, NCCL_COMM_REVOKED);
+    nccl__set_state(comm, NCCL_COMM_REVOKED);
   }
   hoop_unique_id_t id = comm->spares[root];
   pthread_mutex_unlock(&comm->lock);
   if (abort_hc != NULL)
     hoop_comm_abort(abort_hc);
 
-  struct init_job *job = calloc(1, sizeof *job);
-  ncclComm_t c = job != NULL ? comm_new(count, newrank, &cfg) : NULL;
-  if (c == NULL) {
-    free(job);
-    return nccl__error(ncclSystemError, "%s: out of memory", what);
-  }
-  job->comm = c;
+  struct init_job *job;
+  r = job_new(&job, count, newrank, &cfg, what);
+  if (r != ncclSuccess)
+    return r;
   job->id = id;
   return start_job(job, config_blocking(&cfg), newcomm, what);
 }
 NCCL_ALIAS(ncclCommShrink);
 
-/* ---- the end of a communicator ------------------------------------------ */
-
-NCCL_EXPORT ncclResult_t pncclCommFinalize(ncclComm_t comm) {
-  hoop_comm_t hc;
-  ncclResult_t r = nccl__enter(comm, "ncclCommFinalize", &hc);
-  if (r != ncclSuccess)
-    return r;
-  /* Reading the counters waits for every device call queued before. */
-  hoop_stats_t stats = HOOP_STATS_INIT;
-  hoop_result_t res = hoop_comm_get_stats(hc, &stats);
-  r = res == HOOP_SUCCESS ? ncclSuccess : nccl__from_hoop(comm, res);
-  nccl__leave(comm);
-  return r;
-}
-NCCL_ALIAS(ncclCommFinalize);
-
-NCCL_EXPORT ncclResult_t pncclCommDestroy(ncclComm_t comm) {
-  if (comm == NULL)
-    return ncclSuccess; /* as NCCL: destroying nothing is no error */
-  if (!nccl__comm_valid(comm))
-    return nccl__error(ncclInvalidArgument,
-                       "ncclCommDestroy: not a communicator (freed?)");
-  pthread_mutex_lock(&comm->lock);
-  if (LOAD(comm->freeing)) {
-    pthread_mutex_unlock(&comm->lock);
-    return nccl__error(ncclInvalidUsage,
-                       "ncclCommDestroy: already being destroyed");
-  }
-  /* A background init ends first: its thread still uses the struct. */
-  while (LOAD(comm->state) == NCCL_COMM_INITIALIZING)
-    pthread_cond_wait(&comm->changed, &comm->lock);
-  STORE(comm->freeing, 1);
-  pthread_mutex_unlock(&comm->lock);
-  wait_idle(comm);
-  comm_free(comm);
-  return ncclSuccess;
-}
-NCCL_ALIAS(ncclCommDestroy);
-
-NCCL_EXPORT ncclResult_t pncclCommAbort(ncclComm_t comm) {
-  if (comm == NULL)
-    return ncclSuccess;
-  if (!nccl__comm_valid(comm))
-    return nccl__error(ncclInvalidArgument,
-                       "ncclCommAbort: not a communicator (freed?)");
-  pthread_mutex_lock(&comm->lock);
-  if (LOAD(comm->freeing)) {
-    bool again = comm->abandoned;
-    pthread_mutex_unlock(&comm->lock);
-    return again ? ncclSuccess
-                 : nccl__error(ncclInvalidUsage,
-                               "ncclCommAbort: already being destroyed");
-  }
-  STORE(comm->freeing, 1);
-  if (LOAD(comm->state) == NCCL_COMM_INITIALIZING) {
-    /* The init's own thread frees it when the rendezvous gives up. */
-    comm->abandoned = true;
-    pthread_cond_broadcast(&comm->changed);
-    pthread_mutex_unlock(&comm->lock);
-    return ncclSuccess;
-  }
-  hoop_comm_t hc = LOAD(comm->hc);
-  STORE(comm->hc, NULL);
-  pthread_mutex_unlock(&comm->lock);
-  /* Fails the calls other threads have in flight, then frees hoop's. */
-  if (hc != NULL)
-    hoop_comm_abort(hc);
-  wait_idle(comm);
-  comm_free(comm);
-  return ncclSuccess;
-}
-NCCL_ALIAS(ncclCommAbort);
-
-NCCL_EXPORT ncclResult_t pncclCommRevoke(ncclComm_t comm, int revokeFlags) {
-  if (revokeFlags != NCCL_REVOKE_DEFAULT)
-    return nccl__error(ncclInvalidArgument,
-                       "ncclCommRevoke: flags 0x%x (must be 0)",
-                       (unsigned)revokeFlags);
-  if (!nccl__comm_valid(comm))
-    return nccl__error(ncclInvalidArgument,
-                       "ncclCommRevoke: not a communicator");
-  pthread_mutex_lock(&comm->lock);
-  while (LOAD(comm->state) == NCCL_COMM_INITIALIZING && !LOAD(comm->freeing))
-    pthread_cond_wait(&comm->changed, &comm->lock);
-  hoop_comm_t hc = NULL;
-  if (LOAD(comm->state) == NCCL_COMM_READY) {
-    hc = LOAD(comm->hc);
-    STORE(comm->hc, NULL);
-    set_state(comm, NCCL_COMM_REVOKED);
-  }
-  pthread_mutex_unlock(&comm->lock);
-  if (hc != NULL)
-    hoop_comm_abort(hc);
-  return ncclSuccess;
-}
-NCCL_ALIAS(ncclCommRevoke);

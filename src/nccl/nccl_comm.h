@@ -102,6 +102,14 @@ ncclResult_t nccl__enter(ncclComm_t comm, const char *what, hoop_comm_t *hc);
 void nccl__leave(ncclComm_t comm);
 /* A handle check for the queries that must not wait. */
 bool nccl__comm_valid(ncclComm_t comm);
+/* Waits, without the lock, until no call is inside `c`. */
+void nccl__wait_idle(ncclComm_t c);
+/* Frees what a communicator holds once no call is inside it. */
+void nccl__comm_free(ncclComm_t c);
+/* Calls read `state` without the lock, so even locked changes are atomic. */
+static inline void nccl__set_state(ncclComm_t c, enum nccl_state s) {
+  STORE(c->state, (int)s);
+}
 
 /* Converts NCCL's type and operator; PreMulSum ops resolve to *premul. */
 ncclResult_t nccl__dtype(ncclDataType_t in, hoop_dtype_t *out,
@@ -141,6 +149,10 @@ struct nccl_call {
   int root; /* or peer */
   cudaStream_t stream;
 };
+
+static inline bool nccl__is_p2p(const struct nccl_call *c) {
+  return c->kind == NCCL_K_SEND || c->kind == NCCL_K_RECV;
+}
 
 /* Runs `call` now, or queues it when a group is open on this thread. */
 ncclResult_t nccl__submit(const struct nccl_call *call, hoop_comm_t hc);

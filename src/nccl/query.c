@@ -1,7 +1,8 @@
 /*
  * Queries, memory, registrations and PreMulSum operators.  The queries
  * never wait on a peer: PyTorch's watchdog polls ncclCommGetAsyncError
- * from its own thread while the main thread's calls run.
+ * from its own thread while the main thread's calls run.  ncclGetLastError
+ * is a query too: what another thread met on the communicator.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,23 @@ NCCL_EXPORT ncclResult_t pncclCommGetAsyncError(ncclComm_t comm,
   return r;
 }
 NCCL_ALIAS(ncclCommGetAsyncError);
+
+NCCL_EXPORT const char *pncclGetLastError(ncclComm_t comm) {
+  /*
+   * NCCL keeps one text per thread; an error met by another thread (a
+   * device call failing after it returned) is the communicator's own.
+   */
+  const char *text = nccl__last_error();
+  if (text[0] != '\0' || !nccl__comm_valid(comm))
+    return text;
+  pthread_mutex_lock(&comm->lock);
+  hoop_comm_t hc = LOAD(comm->hc);
+  if (hc != NULL)
+    text = hoop_comm_last_error(hc);
+  pthread_mutex_unlock(&comm->lock);
+  return text;
+}
+NCCL_ALIAS(ncclGetLastError);
 
 /* Rank and size are final once a split has agreed on them. */
 static ncclResult_t settled(ncclComm_t comm, const void *out,

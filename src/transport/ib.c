@@ -37,8 +37,7 @@
 
 #include "core/auth.h"
 #include "core/error.h"
-#include "core/param.h"
-#include "core/rdma.h"
+#include "transport/params.h"
 #include "core/socket.h"
 #include "transport/fifo.h"
 #include "transport/ib.h"
@@ -91,23 +90,28 @@ void hoop__ib_set_verbs(const struct hoop_ib_verbs *verbs) {
   atomic_store(&verbs_override, verbs);
 }
 
-static bool ib_can_connect(const struct hoop_peer_info *self,
-                           const struct hoop_peer_info *peer) {
+static bool ib_can_connect(const struct hoop_published *self,
+                           const struct hoop_published *peer) {
+  struct hoop_rdma_port a, b;
+  hoop__ib_published(self, &a, NULL);
+  hoop__ib_published(peer, &b, NULL);
   char why[256];
-  return hoop__ib_select(&self->rdma, self->rank, &peer->rdma, peer->rank,
-                         why, sizeof why);
+  return hoop__ib_select(&a, self->info->rank, &b, peer->info->rank, why,
+                         sizeof why);
 }
 
 /*
  * This rank's own lack comes with what discovery said about it, which
  * only this process knows: looking again costs little on a failing path.
  */
-static void ib_why_not(const struct hoop_peer_info *self,
-                       const struct hoop_peer_info *peer, char *why,
+static void ib_why_not(const struct hoop_published *self,
+                       const struct hoop_published *peer, char *why,
                        size_t why_len) {
-  hoop__ib_select(&self->rdma, self->rank, &peer->rdma, peer->rank, why,
-                  why_len);
-  if (self->rdma.status == HOOP_RDMA_PORT)
+  struct hoop_rdma_port a, b;
+  hoop__ib_published(self, &a, NULL);
+  hoop__ib_published(peer, &b, NULL);
+  hoop__ib_select(&a, self->info->rank, &b, peer->info->rank, why, why_len);
+  if (a.status == HOOP_RDMA_PORT)
     return;
   struct hoop_rdma_port again;
   char detail[256];
@@ -471,10 +475,11 @@ static hoop_result_t make_endpoint(struct ib_conn *c,
    * from stalling on receiver-not-ready retries while this rank is busy.
    */
   int recv_depth = depth * RECV_PER_SEND;
-  const struct hoop_rdma_port *port = setup->self_port;
-  struct hoop_ib_open o = {.device = port->device,
-                           .port = port->port,
-                           .gid_index = port->gid_index,
+  struct hoop_rdma_port port;
+  hoop__ib_published(&setup->self, &port, NULL);
+  struct hoop_ib_open o = {.device = port.device,
+                           .port = port.port,
+                           .gid_index = port.gid_index,
                            .send_depth = depth,
                            .recv_depth = recv_depth};
   char why[200];
@@ -544,6 +549,8 @@ static hoop_result_t join_queue_pairs(struct ib_conn *c,
   char why[200];
   if (!hoop__rdma_settings_read(&s, why, sizeof why))
     return HOOP_ERROR(NULL, HOOP_ERR_INVALID_USAGE, "%s", why);
+  struct hoop_rdma_port self_port;
+  hoop__ib_published(&setup->self, &self_port, NULL);
   struct hoop_ib_path path = {
       .dlid = peer->lid,
       .mtu = local->mtu < peer->mtu ? local->mtu : peer->mtu,
@@ -551,7 +558,7 @@ static hoop_result_t join_queue_pairs(struct ib_conn *c,
       .dest_qpn = peer->qpn,
       .rq_psn = peer->psn,
       .sq_psn = psn,
-      .sgid_index = setup->self_port->gid_index,
+      .sgid_index = self_port.gid_index,
       .timeout = s.timeout,
       .retry_cnt = s.retry_cnt,
       .sl = s.sl,
@@ -640,6 +647,10 @@ out_close:
 
 const struct hoop_transport_ops hoop__ib_transport = {
     .name = "ib",
+    .by_name_only = true,
+    .publish = hoop__ib_publish,
+    .blob_parse = hoop__ib_blob_parse,
+    .rank_info = hoop__ib_rank_info,
     .can_connect = ib_can_connect,
     .why_not = ib_why_not,
     .connect = ib_connect,

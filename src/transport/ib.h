@@ -1,9 +1,11 @@
 /*
  * The RDMA verbs transport, phase 1 of issue 26: joining two ranks over
- * the RDMA ports they published (struct hoop_rdma_port, core/peer.h; how
- * a rank finds its own is core/rdma.h), each piece testable without an
- * RDMA device.
+ * the RDMA ports they published (struct hoop_rdma_port, transport/rdma.h,
+ * which also says how a rank finds its own), each piece testable without
+ * an RDMA device.
  *
+ *   ib_publish.c   what a rank publishes for ib at bootstrap (its devices
+ *                  and port) and the one parser of a peer's
  *   ib_select.c    whether two ranks' published ports can be joined, and
  *                  why not
  *   ib_conninfo.c  what two ranks will swap to join their queue pairs,
@@ -23,7 +25,32 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/peer.h"
+#include "core/conn.h"
+#include "transport/rdma.h"
+
+/* ib's publish and blob_parse (core/conn.h); see ib_publish.c. */
+size_t hoop__ib_publish(int rank, uint8_t *blob, size_t cap);
+bool hoop__ib_blob_parse(const uint8_t *blob, size_t len, int rank,
+                         char *why, size_t why_len);
+
+/*
+ * What a rank with `port` and `verbs_devices` publishes for ib, in `blob`;
+ * returns its length (0 when cap is too small).
+ */
+size_t hoop__ib_blob_encode(const struct hoop_rdma_port *port,
+                            int verbs_devices, uint8_t *blob, size_t cap);
+
+/*
+ * The port and device count in what a rank published for ib, which
+ * blob_parse has passed; a rank that published nothing reads as "did not
+ * look" with no devices.  Either output may be NULL.
+ */
+void hoop__ib_published(const struct hoop_published *p,
+                        struct hoop_rdma_port *port, int *verbs_devices);
+
+/* ib's rank_info: the host's RDMA devices. */
+void hoop__ib_rank_info(const struct hoop_published *p,
+                        hoop_rank_info_t *info);
 
 /*
  * Whether ranks `self_rank` and `peer_rank`, publishing `self` and

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/rdma.h"
+#include "transport/rdma.h"
 #include "transport/ib.h"
 
 /* Why a rank that published `p` has no port to offer, or NULL. */

@@ -4,7 +4,7 @@
  * completion channel's and the asynchronous events') carry only its own
  * news.  Every failure names the call, the step and device:port, because
  * a message from a cluster must say which adapter refused what.  The
- * exported verbs functions come through core/ibv_loader.h's table.
+ * exported verbs functions come through transport/ibv_loader.h's table.
  *
  * It has been compiled against libibverbs but never run on an adapter.
  */
@@ -17,10 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/ibv_loader.h"
+#include "transport/ibv_loader.h"
 #include "core/log.h"
-#include "core/peer.h"
-#include "core/rdma.h"
+#include "transport/rdma.h"
 #include "transport/ib_verbs.h"
 
 struct hoop_ib_ep {
@@ -120,7 +119,7 @@ static int query_port(const struct hoop_ib_open *o, struct hoop_ib_ep *ep,
     return ENETDOWN;
   }
   local->lid = attr.lid;
-  /* ibv_mtu numbers MTUs as peer.h does; discovery clamps alike. */
+  /* ibv_mtu numbers MTUs as rdma.h does; discovery clamps alike. */
   local->mtu = attr.active_mtu >= HOOP_MTU_MIN &&
                        attr.active_mtu <= HOOP_MTU_MAX
                    ? (uint8_t)attr.active_mtu

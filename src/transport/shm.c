@@ -28,8 +28,8 @@
 #include <unistd.h>
 
 #include "core/error.h"
-#include "core/param.h"
 #include "transport/fifo.h"
+#include "transport/params.h"
 #include "transport/shm.h"
 #include "transport/transport.h"
 
@@ -62,10 +62,79 @@ struct shm_conn {
   struct hoop_fifo fifo;
 };
 
-static bool shm_can_connect(const struct hoop_peer_info *self,
-                            const struct hoop_peer_info *peer) {
-  return self->host_hash == peer->host_hash &&
-         (self->caps & peer->caps & HOOP_CAP_SHM) != 0;
+/*
+ * What a rank publishes for shm: whether it can create POSIX shared
+ * memory segments (a writable /dev/shm; containers may lack one).
+ */
+#define SHM_BLOB_VERSION 1
+
+struct shm_blob {
+  uint8_t version;
+  uint8_t can_create; /* 0 or 1 */
+};
+
+static size_t shm_publish(int rank, uint8_t *blob, size_t cap) {
+  (void)rank;
+  struct shm_blob b = {SHM_BLOB_VERSION, access("/dev/shm", W_OK) == 0};
+  if (cap < sizeof b)
+    return 0;
+  memcpy(blob, &b, sizeof b);
+  return sizeof b;
+}
+
+static bool shm_blob_parse(const uint8_t *blob, size_t len, int rank,
+                           char *why, size_t why_len) {
+  struct shm_blob b;
+  if (len != sizeof b) {
+    snprintf(why, why_len, "rank %d's shm facts are %zu bytes, not %zu",
+             rank, len, sizeof b);
+    return false;
+  }
+  memcpy(&b, blob, sizeof b);
+  if (b.version != SHM_BLOB_VERSION || b.can_create > 1) {
+    snprintf(why, why_len, "rank %d's shm facts have version %u and "
+             "segments %u (this hoop: version %u)",
+             rank, b.version, b.can_create, SHM_BLOB_VERSION);
+    return false;
+  }
+  return true;
+}
+
+/* Whether a rank said it can create segments (parsed, or published none). */
+static bool can_create(const struct hoop_published *p) {
+  struct shm_blob b;
+  hoop__published_read(p, &b, sizeof b);
+  return b.can_create;
+}
+
+static void shm_rank_info(const struct hoop_published *p,
+                          hoop_rank_info_t *info) {
+  info->shm = can_create(p);
+}
+
+static bool shm_can_connect(const struct hoop_published *self,
+                            const struct hoop_published *peer) {
+  return self->info->host_hash == peer->info->host_hash &&
+         can_create(self) && can_create(peer);
+}
+
+/* Checked at init, not at the first shm connection, so every rank agrees. */
+static hoop_result_t shm_check_settings(void) {
+  int64_t slot = hoop__param_shm_slot_bytes(), slots = hoop__param_shm_slots();
+  if (slot < 4096 || slot > (64 << 20) || slot % 64 != 0)
+    return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
+                      "HOOP_SHM_SLOT_BYTES=%lld is not a multiple of 64 in "
+                      "4K..64M",
+                      (long long)slot);
+  if (slots < 2 || slots > 64)
+    return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
+                      "HOOP_SHM_SLOTS=%lld is outside 2..64",
+                      (long long)slots);
+  if (hoop__parse_shm_stores(hoop__param_shm_stores()) < 0)
+    return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
+                      "HOOP_SHM_STORES=%s is not auto, plain or nt",
+                      hoop__param_shm_stores());
+  return HOOP_SUCCESS;
 }
 
 /*
@@ -450,6 +519,11 @@ out_close:
 
 const struct hoop_transport_ops hoop__shm_transport = {
     .name = "shm",
+    .through_memory = true,
+    .check_settings = shm_check_settings,
+    .publish = shm_publish,
+    .blob_parse = shm_blob_parse,
+    .rank_info = shm_rank_info,
     .can_connect = shm_can_connect,
     .connect = shm_connect,
     .send = shm_send,

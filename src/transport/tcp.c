@@ -23,8 +23,8 @@ struct tcp_conn {
   struct hoop_bytering staging;
 };
 
-static bool tcp_can_connect(const struct hoop_peer_info *self,
-                            const struct hoop_peer_info *peer) {
+static bool tcp_can_connect(const struct hoop_published *self,
+                            const struct hoop_published *peer) {
   return true;
 }
 

@@ -3,7 +3,8 @@
  * streams, and the functions one file calls in another.  main.c runs the
  * job; options.c reads the command line; output.c labels the ranks'
  * output and draws their progress bars; procs.c owns signals, the ranks'
- * environment and network namespaces, and starts the ranks.
+ * environment and network namespaces, and starts the ranks; util.c holds
+ * the helpers they all use, so that none of them calls back into main.c.
  */
 #ifndef HOOP_RUN_H
 #define HOOP_RUN_H
@@ -93,15 +94,6 @@ struct job {
   char chunk[READ_CHUNK];
 };
 
-/* ---- main.c ---- */
-
-/* Closes fd; errors are ignored, as Linux frees it even then. */
-void close_fd(int fd);
-
-/* For failures of hoop-run itself: take the job down with us. */
-__attribute__((format(printf, 2, 3)))
-_Noreturn void die(const struct job *job, const char *fmt, ...);
-
 /* ---- options.c ---- */
 
 /* Fills opt from the command line; exits with the usage status on a bad
@@ -125,6 +117,19 @@ void open_stream(struct job *job, int rank, int which, int fd);
 ssize_t read_stream(struct job *job, struct stream *s);
 void drain_stream(struct job *job, struct stream *s);
 void finish_stream(struct job *job, struct stream *s);
+
+/* ---- util.c ---- */
+
+/* Closes fd; errors are ignored, as Linux frees it even then. */
+void close_fd(int fd);
+
+/* Sends sig to every rank's process group still there; a failure is only
+   noticed, since the caller is already ending the job or dying. */
+void signal_ranks(const struct job *job, int sig);
+
+/* For failures of hoop-run itself: take the job down with us. */
+__attribute__((format(printf, 2, 3)))
+_Noreturn void die(const struct job *job, const char *fmt, ...);
 
 /* ---- procs.c ---- */
 

@@ -32,7 +32,6 @@
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -46,17 +45,6 @@
 #include "hoop-run.h"
 
 /* ---- small helpers ---- */
-
-/*
- * Linux releases the descriptor even when close() fails (EINTR, EIO), and
- * nothing is written through the ones we close, so there is nothing to
- * retry or to report.
- */
-void close_fd(int fd)
-{
-  int rc = close(fd);
-  (void)rc;
-}
 
 static int64_t now_ms(void)
 {
@@ -80,28 +68,6 @@ static int ms_until(int64_t deadline_ms)
 }
 
 /* ---- the job ---- */
-
-static void signal_ranks(const struct job *job, int sig)
-{
-  for (int r = 0; r < job->opt->nranks; r++) {
-    pid_t pgid = job->ranks[r].pgid;
-    if (pgid > 0 && kill(-pgid, sig) != 0 && errno != ESRCH)
-      notice("cannot signal rank %d: %s", r, strerror(errno));
-  }
-}
-
-/* For failures of hoop-run itself: take the job down with us. */
-__attribute__((format(printf, 2, 3)))
-_Noreturn void die(const struct job *job, const char *fmt, ...)
-{
-  va_list ap;
-
-  va_start(ap, fmt);
-  vnotice(fmt, ap);
-  va_end(ap);
-  signal_ranks(job, SIGKILL);
-  exit(EXIT_INTERNAL);
-}
 
 /* Lists, as " 0 3 5", the ranks whose main process is still running, or
    with whole_group, those with any process left. */

@@ -1,8 +1,8 @@
 /*
  * Device discovery through libibverbs: every port of every device, with
  * its state, link layer, LID, active MTU and populated GIDs, copied into
- * plain structs (core/rdma.h) so that nothing past this file sees verbs.h.
- * The calls go through core/ibv_loader.h: a host without libibverbs.so.1
+ * plain structs (transport/rdma.h) so that nothing past this file sees verbs.h.
+ * The calls go through transport/ibv_loader.h: a host without libibverbs.so.1
  * has no device to find.
  */
 #include <errno.h>
@@ -12,9 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/ibv_loader.h"
+#include "transport/ibv_loader.h"
 #include "core/log.h"
-#include "core/rdma.h"
+#include "transport/rdma.h"
 
 static uint8_t link_layer_of(uint8_t verbs) {
   /* Verbs reports ports from before RoCE as unspecified: they are IB. */

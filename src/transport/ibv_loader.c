@@ -1,5 +1,5 @@
 /*
- * libibverbs through dlopen (core/ibv_loader.h).
+ * libibverbs through dlopen (transport/ibv_loader.h).
  *
  * Each function is looked up with dlvsym at the version that a program
  * linked against libibverbs binds to: most names exist twice, the
@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/ibv_loader.h"
+#include "transport/ibv_loader.h"
 
 struct symbol {
   const char *name;

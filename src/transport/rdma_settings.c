@@ -8,8 +8,9 @@
 #include <string.h>
 
 #include "core/param.h"
+#include "transport/params.h"
 #include "core/socket.h"
-#include "core/rdma.h"
+#include "transport/rdma.h"
 
 struct int_setting {
   const char *env;

@@ -1,7 +1,7 @@
 /*
  * This host's RDMA ports: what a rank learns about them and publishes at
- * bootstrap (struct hoop_rdma_port, core/peer.h), as it publishes how
- * many GPUs its host has.  Joining two ranks over those ports is the ib
+ * bootstrap for ib (struct hoop_rdma_port below, inside ib's published
+ * bytes, ib_publish.c).  Joining two ranks over those ports is the ib
  * transport's business (transport/ib.h); nothing here connects anything.
  *
  *   rdma_settings.c  HOOP_IB_* read and bounded in one place; the
@@ -15,17 +15,76 @@
  *
  * Apart from rdma_devices.c and ibv_loader.c (and the ib transport's own
  * verbs calls, transport/ib_verbs.c) nothing includes verbs.h: the
- * numbers passed around are the InfiniBand specification's, in peer.h's
- * enums.
+ * numbers passed around are the InfiniBand specification's, in the enums
+ * below.
  */
-#ifndef HOOP_CORE_RDMA_H
-#define HOOP_CORE_RDMA_H
+#ifndef HOOP_TRANSPORT_RDMA_H
+#define HOOP_TRANSPORT_RDMA_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/peer.h"
+/*
+ * The RDMA port a rank would use, as plain numbers that know nothing of
+ * verbs, so that a transport can judge a pair from what both published.
+ * Only a HOOP_RDMA_PORT description has its other fields set.
+ */
+enum hoop_rdma_status {
+  HOOP_RDMA_NOT_PROBED = 0, /* it did not look (transport/rdma.h says when) */
+  HOOP_RDMA_NO_DEVICE,     /* the kernel lists no RDMA device */
+  HOOP_RDMA_NOT_BUILT,     /* this build has no libibverbs */
+  HOOP_RDMA_BAD_SETTING,   /* a HOOP_IB_* setting is malformed */
+  HOOP_RDMA_NO_MATCH,      /* HOOP_IB_HCA selects none of the ports */
+  HOOP_RDMA_VERBS_ERROR,   /* a verbs call failed while looking */
+  HOOP_RDMA_PORT,          /* a port is described */
+  HOOP_RDMA_STATUS_COUNT
+};
+
+/* The InfiniBand specification's port states (ibv_port_state's values). */
+enum hoop_port_state {
+  HOOP_PORT_NOP = 0,
+  HOOP_PORT_DOWN,
+  HOOP_PORT_INIT,
+  HOOP_PORT_ARMED,
+  HOOP_PORT_ACTIVE,
+  HOOP_PORT_ACTIVE_DEFER,
+  HOOP_PORT_STATE_COUNT
+};
+
+enum hoop_link_layer {
+  HOOP_LINK_NONE = 0,
+  HOOP_LINK_IB,  /* InfiniBand (verbs reports older IB ports unspecified) */
+  HOOP_LINK_ETH, /* Ethernet: RoCE */
+  HOOP_LINK_COUNT
+};
+
+enum hoop_gid_type {
+  HOOP_GID_NONE = 0, /* no GID chosen (none usable, or none at the index) */
+  HOOP_GID_IB,
+  HOOP_GID_ROCE_V1,
+  HOOP_GID_ROCE_V2,
+  HOOP_GID_TYPE_COUNT
+};
+
+/* The MTU as verbs numbers it: 1 is 256 bytes, 5 is 4096. */
+#define HOOP_MTU_MIN 1
+#define HOOP_MTU_MAX 5
+
+struct hoop_rdma_port {
+  uint8_t status;     /* enum hoop_rdma_status */
+  uint8_t port;       /* 1..255 */
+  uint8_t state;      /* enum hoop_port_state */
+  uint8_t link_layer; /* enum hoop_link_layer */
+  uint8_t mtu;        /* active MTU, HOOP_MTU_MIN..HOOP_MTU_MAX */
+  uint8_t gid_type;   /* enum hoop_gid_type of the chosen GID */
+  uint8_t gid_index;  /* the chosen GID's index in the port's table */
+  uint8_t gid_forced; /* 1: HOOP_IB_GID_INDEX chose it, 0: chosen alone */
+  uint16_t lid;
+  uint8_t reserved[6];
+  uint8_t gid[16];    /* as the port reports it (network byte order) */
+  char device[32];    /* cut to fit; for messages */
+};
 
 /* The HOOP_IB_* settings, bounded. */
 struct hoop_rdma_settings {
@@ -159,4 +218,4 @@ const char *hoop__rdma_gid_str(const uint8_t raw[16],
 /* Whether a RoCE GID holds an IPv4 address (::ffff:a.b.c.d). */
 bool hoop__rdma_gid_is_ipv4(const uint8_t raw[16]);
 
-#endif /* HOOP_CORE_RDMA_H */
+#endif /* HOOP_TRANSPORT_RDMA_H */

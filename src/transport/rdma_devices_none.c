@@ -4,7 +4,7 @@
  */
 #include <stdio.h>
 
-#include "core/rdma.h"
+#include "transport/rdma.h"
 
 void hoop__rdma_fork_safe(void) {}
 

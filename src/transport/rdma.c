@@ -14,7 +14,7 @@
 #include <sys/socket.h>
 
 #include "core/param.h"
-#include "core/rdma.h"
+#include "transport/rdma.h"
 #include "hoop_build_config.h"
 
 const char *hoop__rdma_state_name(int state) {
