@@ -156,6 +156,8 @@ const Tunable kTunables[] = {
      [](Rng &rng) { return std::to_string(rng.pick({0, 1, 5, 100})); }},
     {"HOOP_YIELD_US", 0.5,
      [](Rng &rng) { return std::to_string(rng.pick({0, 10, 200, 2000})); }},
+    {"HOOP_RUNTIME_CONNECT", 0.3,
+     [](Rng &rng) { return std::to_string(rng.pick({0, 1})); }},
     {"HOOP_SHM_SLOT_BYTES", 0.8,
      [](Rng &rng) {
        if (rng.chance(0.3))

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -19,6 +20,7 @@
 #include "harness.h"
 
 extern "C" {
+#include "core/comm.h"
 #include "core/param.h"
 #include "transport/params.h"
 #include "transport/fifo.h"
@@ -108,6 +110,63 @@ TEST(Topology, RanksOnOneHostShareMemory) {
                 "rank out of range accepted");
   });
   EXPECT_TRUE(r.all_ok());
+}
+
+// The peers a rank holds a connection to, on any channel.
+std::vector<int> connected_peers(hoop_comm_t comm) {
+  std::vector<int> peers;
+  for (int p = 0; p < comm->nranks; p++) {
+    bool any = false;
+    for (int ch = 0; ch < comm->nsocks; ch++)
+      any = any || comm->conns[p * comm->nsocks + ch] != nullptr;
+    if (any)
+      peers.push_back(p);
+  }
+  return peers;
+}
+
+// HOOP_RUNTIME_CONNECT=1: a pair connects when a plan first needs it, so
+// after init a rank holds no connection, after a ring all-reduce only its
+// two neighbours, and after an all-to-all every peer, with every result
+// right.  Over shm (6 ranks) and TCP (5).
+TEST(FirstUse, RanksConnectOnlyThePeersTheirCallsUse) {
+  ScopedEnv lazy("HOOP_RUNTIME_CONNECT", "1");
+  ScopedEnv ring("HOOP_ALGO", "ring");
+  for (const char *transport : {"shm", "tcp"}) {
+    ScopedEnv forced("HOOP_TRANSPORT", transport);
+    int nranks = strcmp(transport, "shm") == 0 ? 6 : 5;
+    RunResult r = run_ranks(nranks, [](RankLog &log, hoop_comm_t comm,
+                                       int rank, int n) {
+      RANK_EXPECT(log, connected_peers(comm).empty(),
+                  "%zu peers connected after init",
+                  connected_peers(comm).size());
+      std::vector<double> v(1001, rank + 1.0);
+      RANK_EXPECT_OK(log, comm,
+                     hoop_allreduce(comm, v.data(), v.data(), v.size(),
+                                    HOOP_F64, HOOP_SUM, nullptr));
+      double want = n * (n + 1) / 2.0;
+      RANK_EXPECT(log, v[0] == want && v[1000] == want, "sum %g, want %g",
+                  v[0], want);
+      std::vector<int> ring_peers = {(rank + n - 1) % n, (rank + 1) % n};
+      std::sort(ring_peers.begin(), ring_peers.end());
+      RANK_EXPECT(log, connected_peers(comm) == ring_peers,
+                  "%zu peers connected after a ring all-reduce, want 2",
+                  connected_peers(comm).size());
+      std::vector<int32_t> out(n), in(n, -1);
+      for (int p = 0; p < n; p++)
+        out[p] = rank * 100 + p;
+      RANK_EXPECT_OK(log, comm,
+                     hoop_alltoall(comm, out.data(), in.data(), 1, HOOP_I32,
+                                   nullptr));
+      for (int p = 0; p < n; p++)
+        RANK_EXPECT(log, in[p] == p * 100 + rank, "from rank %d: %d", p,
+                    in[p]);
+      RANK_EXPECT(log, (int)connected_peers(comm).size() == n - 1,
+                  "%zu peers connected after an all-to-all, want %d",
+                  connected_peers(comm).size(), n - 1);
+    });
+    EXPECT_TRUE(r.all_ok()) << transport << ": " << describe(r);
+  }
 }
 
 TEST(Topology, HoopTransportForcesTcp) {

@@ -332,11 +332,14 @@ hoop_result_t hoop__comm_create(struct hoop_comm **out, int nranks, int rank,
   hoop__comm_learn_host(comm);
   HOOP_CHECK_GOTO(hoop__comm_index_hosts(comm), res, out_free);
   /*
-   * Connect every peer now (and the ring neighbours on every channel): a
-   * bad network fails here and not mid-job, and building a call's plan
-   * never waits for a peer that may be stuck in a different call.
+   * By default every peer connects now (and the ring neighbours on every
+   * channel), so that a bad network fails here and not mid-job.  With
+   * HOOP_RUNTIME_CONNECT=1 a pair connects only when a plan first needs
+   * it (the engine, in the same global order), so that a rank holds
+   * memory and descriptors for the peers it uses, not for every rank.
    */
-  for (int peer = 0; peer < nranks; peer++) {
+  for (int peer = 0; !hoop__param_runtime_connect() && peer < nranks;
+       peer++) {
     struct hoop_conn *c;
     int ring = peer == (rank + 1) % nranks ||
                peer == (rank + nranks - 1) % nranks;
