@@ -465,6 +465,8 @@ static hoop_result_t pair_links(struct hoop_plan *p) {
  */
 static hoop_result_t connect_links(struct hoop_plan *p) {
   struct hoop_comm *comm = p->comm;
+  if (p->nlinks == 0)
+    return HOOP_SUCCESS;
   struct hoop_keyed *order = malloc(sizeof *order * (size_t)p->nlinks);
   if (order == NULL)
     return HOOP_ERROR(comm, HOOP_ERR_NO_MEMORY, "connection order");

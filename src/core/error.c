@@ -6,7 +6,6 @@
 #include <string.h>
 #include <time.h>
 
-
 static _Thread_local char thread_last_error[HOOP_ERROR_MAX];
 
 const char *hoop_strerror(hoop_result_t result) {
