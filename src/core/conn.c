@@ -48,8 +48,10 @@ void hoop__transports_publish(struct hoop_peer_info *me) {
     struct hoop_blob *b = &me->blobs[i];
     memset(b, 0, sizeof *b);
     strncpy(b->transport, t->name, sizeof b->transport - 1);
-    if (t->publish != NULL)
-      b->len = (uint16_t)t->publish(me->rank, b->data, sizeof b->data);
+    if (t->publish != NULL && t->blob_bytes <= sizeof b->data) {
+      t->publish(me->rank, b->data);
+      b->len = (uint16_t)t->blob_bytes;
+    }
   }
 }
 
@@ -75,13 +77,12 @@ bool hoop__transports_parse(const struct hoop_peer_info *p, char *why,
                p->rank, i, theirs, name);
       return false;
     }
-    if (b->len > sizeof b->data || (b->len > 0 && (t == NULL ||
-                                                   t->blob_parse == NULL))) {
+    size_t want = t != NULL && t->publish != NULL ? t->blob_bytes : 0;
+    if (b->len != want) {
       snprintf(why, why_len,
                "rank %d published %u bytes for transport %d (\"%s\"), "
-               "which publishes %s",
-               p->rank, b->len, i, name,
-               t != NULL && t->blob_parse != NULL ? "fewer" : "none");
+               "which publishes %zu",
+               p->rank, b->len, i, name, want);
       return false;
     }
     if (t != NULL && t->blob_parse != NULL &&

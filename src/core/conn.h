@@ -91,15 +91,20 @@ struct hoop_transport_ops {
 
   /*
    * Optional: fills this rank's own bytes for its peers (what they need to
-   * judge or join it), at most `cap`; returns how many.  They reach the
-   * other transports' ranks unread.
+   * judge or join it), blob_bytes of them.  They reach the other
+   * transports' ranks unread.
    */
-  size_t (*publish)(int rank, uint8_t *blob, size_t cap);
+  void (*publish)(int rank, uint8_t *blob);
+  /*
+   * With publish: how many bytes it publishes, at most HOOP_BLOB_BYTES.
+   * The core refuses a peer's of any other length, so no parser checks it.
+   */
+  size_t blob_bytes;
 
   /*
-   * With publish: whether a peer's bytes are well formed, every field
-   * bounded, including its version and length; false with why, naming
-   * `rank`.  Nothing reads a peer's bytes before this passed them.
+   * With publish: whether a peer's blob_bytes bytes are well formed, every
+   * field bounded, its version included; false with why, naming `rank`.
+   * Nothing reads a peer's bytes before this passed them.
    */
   bool (*blob_parse)(const uint8_t *blob, size_t len, int rank, char *why,
                      size_t why_len);

@@ -649,6 +649,7 @@ const struct hoop_transport_ops hoop__ib_transport = {
     .name = "ib",
     .by_name_only = true,
     .publish = hoop__ib_publish,
+    .blob_bytes = HOOP_IB_BLOB_BYTES,
     .blob_parse = hoop__ib_blob_parse,
     .rank_info = hoop__ib_rank_info,
     .can_connect = ib_can_connect,

@@ -28,8 +28,9 @@
 #include "core/conn.h"
 #include "transport/rdma.h"
 
-/* ib's publish and blob_parse (core/conn.h); see ib_publish.c. */
-size_t hoop__ib_publish(int rank, uint8_t *blob, size_t cap);
+/* ib's publish, blob_bytes and blob_parse (core/conn.h); ib_publish.c. */
+#define HOOP_IB_BLOB_BYTES 68
+void hoop__ib_publish(int rank, uint8_t *blob);
 bool hoop__ib_blob_parse(const uint8_t *blob, size_t len, int rank,
                          char *why, size_t why_len);
 

@@ -20,6 +20,8 @@ struct ib_blob {
   int16_t verbs_devices; /* present on the host (the kernel's view) */
   struct hoop_rdma_port port;
 };
+_Static_assert(sizeof(struct ib_blob) == HOOP_IB_BLOB_BYTES,
+               "ib.h says how many bytes ib publishes");
 
 size_t hoop__ib_blob_encode(const struct hoop_rdma_port *port,
                             int verbs_devices, uint8_t *blob, size_t cap) {
@@ -32,13 +34,13 @@ size_t hoop__ib_blob_encode(const struct hoop_rdma_port *port,
   return sizeof b;
 }
 
-size_t hoop__ib_publish(int rank, uint8_t *blob, size_t cap) {
+void hoop__ib_publish(int rank, uint8_t *blob) {
   struct hoop_rdma_port port;
   char why[256];
   hoop__rdma_publish(&port, why, sizeof why);
   HOOP_INFO("rank %d: RDMA: %s", rank, why);
-  return hoop__ib_blob_encode(
-      &port, hoop__dir_entries("/sys/class/infiniband"), blob, cap);
+  hoop__ib_blob_encode(&port, hoop__dir_entries("/sys/class/infiniband"),
+                       blob, HOOP_IB_BLOB_BYTES);
 }
 
 /*
@@ -78,11 +80,6 @@ static bool port_parse(const struct hoop_rdma_port *r, int rank, char *why,
 bool hoop__ib_blob_parse(const uint8_t *blob, size_t len, int rank,
                          char *why, size_t why_len) {
   struct ib_blob b;
-  if (len != sizeof b) {
-    snprintf(why, why_len, "rank %d's ib facts are %zu bytes, not %zu",
-             rank, len, sizeof b);
-    return false;
-  }
   memcpy(&b, blob, sizeof b);
   if (b.version != IB_BLOB_VERSION || b.verbs_devices < 0) {
     snprintf(why, why_len, "rank %d's ib facts have version %u and %d RDMA "

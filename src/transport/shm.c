@@ -73,23 +73,15 @@ struct shm_blob {
   uint8_t can_create; /* 0 or 1 */
 };
 
-static size_t shm_publish(int rank, uint8_t *blob, size_t cap) {
+static void shm_publish(int rank, uint8_t *blob) {
   (void)rank;
   struct shm_blob b = {SHM_BLOB_VERSION, access("/dev/shm", W_OK) == 0};
-  if (cap < sizeof b)
-    return 0;
   memcpy(blob, &b, sizeof b);
-  return sizeof b;
 }
 
 static bool shm_blob_parse(const uint8_t *blob, size_t len, int rank,
                            char *why, size_t why_len) {
   struct shm_blob b;
-  if (len != sizeof b) {
-    snprintf(why, why_len, "rank %d's shm facts are %zu bytes, not %zu",
-             rank, len, sizeof b);
-    return false;
-  }
   memcpy(&b, blob, sizeof b);
   if (b.version != SHM_BLOB_VERSION || b.can_create > 1) {
     snprintf(why, why_len, "rank %d's shm facts have version %u and "
@@ -522,6 +514,7 @@ const struct hoop_transport_ops hoop__shm_transport = {
     .through_memory = true,
     .check_settings = shm_check_settings,
     .publish = shm_publish,
+    .blob_bytes = sizeof(struct shm_blob),
     .blob_parse = shm_blob_parse,
     .rank_info = shm_rank_info,
     .can_connect = shm_can_connect,
