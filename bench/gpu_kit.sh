@@ -248,6 +248,9 @@ run() {
     "$B/tests/test_cuda" "$B/tests/test_ib_cuda"
   step nccl 110 \
     "$L $B/tools/hoop-run --no-prefix -n 2 $B/bench/nccl-layer -m cuda -b 4096 -b 67108864 &&
+     $py $root/bench/nccl_needs.py \
+       \$($py -c 'import os, torch; print(os.path.dirname(torch.__file__))')/lib/libtorch_cuda.so \
+       $B/lib/hoop/libnccl.so.2 &&
      LD_PRELOAD=$B/lib/hoop/libnccl.so.2 $py $root/bench/nccl_torch.py \
        --nprocs 2 4 --steps 10 --repeats 3 --hoop-bench $B/bench/hoop-bench" \
     "$B/bench/nccl-layer" "$B/lib/hoop/libnccl.so.2"

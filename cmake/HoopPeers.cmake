@@ -78,9 +78,9 @@ for line in (os.path.join(here, "include"), os.path.join(here, "lib"),
              sysconfig.get_paths()["include"],
              sysconfig.get_config_var("EXT_SUFFIX"),
              int(torch._C._GLIBCXX_USE_CXX11_ABI),
-             getattr(torch._C, "_PYBIND11_COMPILER_TYPE", ""),
-             getattr(torch._C, "_PYBIND11_STDLIB", ""),
-             getattr(torch._C, "_PYBIND11_BUILD_ABI", ""),
+             getattr(torch._C, "_PYBIND11_COMPILER_TYPE", None) or "",
+             getattr(torch._C, "_PYBIND11_STDLIB", None) or "",
+             getattr(torch._C, "_PYBIND11_BUILD_ABI", None) or "",
              torch.version.cuda or ""):
     print(line)
 ]=]

@@ -122,105 +122,110 @@ class CudaKernels : public ::testing::TestWithParam<int> {};
 
 TEST_P(CudaKernels, MatchHostKernelsBitForBit) {
   REQUIRE_GPU();
-  hoop_dtype_t t = (hoop_dtype_t)GetParam();
-  size_t esz = hoop_dtype_size(t);
-  std::mt19937_64 rng(1234 + GetParam());
-  // Sizes around the 16-byte vector and odd offsets that force the scalar
-  // path; the largest spans many blocks of the grid.
-  const size_t counts[] = {1, 7, 8, 9, 15, 16, 17, 1000, 65537, 3000001};
-  const size_t offsets[] = {0, 1};
-  char *dev = nullptr;
-  const size_t most = 3000001 + 1;
-  CUDA_OK(cudaMalloc((void **)&dev, 3 * most * esz));
-  for (int op = 0; op < HOOP_OP_COUNT; op++) {
-    for (size_t count : counts) {
-      for (size_t off : offsets) {
-        for (bool in_place : {false, true}) {
-          std::vector<char> a(count * esz), b(count * esz), want(count * esz),
-              got(count * esz);
-          random_bits(a, t, rng);
-          random_bits(b, t, rng);
-          hoop__reduce(want.data(), a.data(), b.data(), count, t,
-                       (hoop_op_t)op);
-          char *da = dev + off * esz, *db = da + most * esz,
-               *dd = in_place ? da : db + most * esz;
-          CUDA_OK(cudaMemcpy(da, a.data(), a.size(), cudaMemcpyHostToDevice));
-          CUDA_OK(cudaMemcpy(db, b.data(), b.size(), cudaMemcpyHostToDevice));
-          ASSERT_EQ(hoop__cuda_reduce(dd, da, db, count, t, (hoop_op_t)op,
-                                      nullptr),
-                    0);
-          CUDA_OK(cudaMemcpy(got.data(), dd, got.size(),
-                             cudaMemcpyDeviceToHost));
-          size_t first = 0, bad = differing(got, want, t, &first);
-          EXPECT_EQ(bad, 0u) << hoop_dtype_name(t) << " "
-                             << hoop_op_name((hoop_op_t)op) << " count "
-                             << count << " offset " << off
-                             << (in_place ? " in place" : "")
-                             << ": first difference at " << first;
+  in_child([&] {
+    hoop_dtype_t t = (hoop_dtype_t)GetParam();
+    size_t esz = hoop_dtype_size(t);
+    std::mt19937_64 rng(1234 + GetParam());
+    // Sizes around the 16-byte vector and odd offsets that force the scalar
+    // path; the largest spans many blocks of the grid.
+    const size_t counts[] = {1, 7, 8, 9, 15, 16, 17, 1000, 65537, 3000001};
+    const size_t offsets[] = {0, 1};
+    char *dev = nullptr;
+    const size_t most = 3000001 + 1;
+    CUDA_OK(cudaMalloc((void **)&dev, 3 * most * esz));
+    for (int op = 0; op < HOOP_OP_COUNT; op++) {
+      for (size_t count : counts) {
+        for (size_t off : offsets) {
+          for (bool in_place : {false, true}) {
+            std::vector<char> a(count * esz), b(count * esz), want(count * esz),
+                got(count * esz);
+            random_bits(a, t, rng);
+            random_bits(b, t, rng);
+            hoop__reduce(want.data(), a.data(), b.data(), count, t,
+                         (hoop_op_t)op);
+            char *da = dev + off * esz, *db = da + most * esz,
+                 *dd = in_place ? da : db + most * esz;
+            CUDA_OK(cudaMemcpy(da, a.data(), a.size(), cudaMemcpyHostToDevice));
+            CUDA_OK(cudaMemcpy(db, b.data(), b.size(), cudaMemcpyHostToDevice));
+            ASSERT_EQ(hoop__cuda_reduce(dd, da, db, count, t, (hoop_op_t)op,
+                                        nullptr),
+                      0);
+            CUDA_OK(cudaMemcpy(got.data(), dd, got.size(),
+                               cudaMemcpyDeviceToHost));
+            size_t first = 0, bad = differing(got, want, t, &first);
+            EXPECT_EQ(bad, 0u) << hoop_dtype_name(t) << " "
+                               << hoop_op_name((hoop_op_t)op) << " count "
+                               << count << " offset " << off
+                               << (in_place ? " in place" : "")
+                               << ": first difference at " << first;
+          }
         }
       }
     }
-  }
-  for (int divisor : {1, 3, 8}) {
-    const size_t count = 100003;
-    std::vector<char> v(count * esz), got(count * esz);
-    random_bits(v, t, rng);
-    CUDA_OK(cudaMemcpy(dev, v.data(), v.size(), cudaMemcpyHostToDevice));
-    hoop__reduce_div(v.data(), count, t, divisor);
-    ASSERT_EQ(hoop__cuda_reduce_div(dev, count, t, divisor, nullptr), 0);
-    CUDA_OK(cudaMemcpy(got.data(), dev, got.size(), cudaMemcpyDeviceToHost));
-    size_t first = 0, bad = differing(got, v, t, &first);
-    EXPECT_EQ(bad, 0u) << hoop_dtype_name(t) << " / " << divisor
-                       << ": first difference at " << first;
-  }
-  CUDA_OK(cudaFree(dev));
+    for (int divisor : {1, 3, 8}) {
+      const size_t count = 100003;
+      std::vector<char> v(count * esz), got(count * esz);
+      random_bits(v, t, rng);
+      CUDA_OK(cudaMemcpy(dev, v.data(), v.size(), cudaMemcpyHostToDevice));
+      hoop__reduce_div(v.data(), count, t, divisor);
+      ASSERT_EQ(hoop__cuda_reduce_div(dev, count, t, divisor, nullptr), 0);
+      CUDA_OK(cudaMemcpy(got.data(), dev, got.size(), cudaMemcpyDeviceToHost));
+      size_t first = 0, bad = differing(got, v, t, &first);
+      EXPECT_EQ(bad, 0u) << hoop_dtype_name(t) << " / " << divisor
+                         << ": first difference at " << first;
+    }
+    CUDA_OK(cudaFree(dev));
+  });
 }
 
 // Scaling with the scalar in the kernel's arguments and read from device
 // memory, against the host's hoop__reduce_scale.
 TEST_P(CudaKernels, ScaleMatchesHostWithHostAndDeviceScalars) {
   REQUIRE_GPU();
-  hoop_dtype_t t = (hoop_dtype_t)GetParam();
-  size_t esz = hoop_dtype_size(t);
-  std::mt19937_64 rng(5678 + GetParam());
-  const size_t counts[] = {1, 7, 17, 1000, 65537};
-  const size_t most = 65537 + 1;
-  char *dev = nullptr;
-  CUDA_OK(cudaMalloc((void **)&dev, 2 * most * esz + esz));
-  char *dscalar = dev + 2 * most * esz;
-  for (size_t count : counts) {
-    for (size_t off : {(size_t)0, (size_t)1}) {
-      for (bool in_place : {false, true}) {
-        for (int on_device = 0; on_device < 2; on_device++) {
-          std::vector<char> src(count * esz), want(count * esz),
-              got(count * esz), scalar(esz);
-          random_bits(src, t, rng);
-          random_bits(scalar, t, rng);
-          hoop__reduce_scale(want.data(), src.data(), count, t,
-                             scalar.data());
-          char *ds = dev + off * esz, *dd = in_place ? ds : ds + most * esz;
-          CUDA_OK(cudaMemcpy(ds, src.data(), src.size(),
-                             cudaMemcpyHostToDevice));
-          CUDA_OK(cudaMemcpy(dscalar, scalar.data(), esz,
-                             cudaMemcpyHostToDevice));
-          ASSERT_EQ(hoop__cuda_reduce_scale(
-                        dd, ds, count, t,
-                        on_device ? (const void *)dscalar : scalar.data(),
-                        on_device, nullptr),
-                    0);
-          CUDA_OK(cudaMemcpy(got.data(), dd, got.size(),
-                             cudaMemcpyDeviceToHost));
-          size_t first = 0, bad = differing(got, want, t, &first);
-          EXPECT_EQ(bad, 0u) << hoop_dtype_name(t) << " count " << count
-                             << " offset " << off
-                             << (in_place ? " in place" : "")
-                             << (on_device ? " device scalar" : " host scalar")
-                             << ": first difference at " << first;
+  in_child([&] {
+    hoop_dtype_t t = (hoop_dtype_t)GetParam();
+    size_t esz = hoop_dtype_size(t);
+    std::mt19937_64 rng(5678 + GetParam());
+    const size_t counts[] = {1, 7, 17, 1000, 65537};
+    const size_t most = 65537 + 1;
+    char *dev = nullptr;
+    CUDA_OK(cudaMalloc((void **)&dev, 2 * most * esz + esz));
+    char *dscalar = dev + 2 * most * esz;
+    for (size_t count : counts) {
+      for (size_t off : {(size_t)0, (size_t)1}) {
+        for (bool in_place : {false, true}) {
+          for (int on_device = 0; on_device < 2; on_device++) {
+            std::vector<char> src(count * esz), want(count * esz),
+                got(count * esz), scalar(esz);
+            random_bits(src, t, rng);
+            random_bits(scalar, t, rng);
+            hoop__reduce_scale(want.data(), src.data(), count, t,
+                               scalar.data());
+            char *ds = dev + off * esz, *dd = in_place ? ds : ds + most * esz;
+            CUDA_OK(cudaMemcpy(ds, src.data(), src.size(),
+                               cudaMemcpyHostToDevice));
+            CUDA_OK(cudaMemcpy(dscalar, scalar.data(), esz,
+                               cudaMemcpyHostToDevice));
+            ASSERT_EQ(hoop__cuda_reduce_scale(
+                          dd, ds, count, t,
+                          on_device ? (const void *)dscalar : scalar.data(),
+                          on_device, nullptr),
+                      0);
+            CUDA_OK(cudaMemcpy(got.data(), dd, got.size(),
+                               cudaMemcpyDeviceToHost));
+            size_t first = 0, bad = differing(got, want, t, &first);
+            EXPECT_EQ(bad, 0u) << hoop_dtype_name(t) << " count " << count
+                               << " offset " << off
+                               << (in_place ? " in place" : "")
+                               << (on_device ? " device scalar"
+                                             : " host scalar")
+                               << ": first difference at " << first;
+          }
         }
       }
     }
-  }
-  CUDA_OK(cudaFree(dev));
+    CUDA_OK(cudaFree(dev));
+  });
 }
 
 // The n-source kernel of the CUDA IPC transport, against the host kernels
@@ -229,76 +234,79 @@ TEST_P(CudaKernels, ScaleMatchesHostWithHostAndDeviceScalars) {
 // widened inputs, rounded at the end.
 TEST_P(CudaKernels, ReduceManyMatchesHostInSourceOrder) {
   REQUIRE_GPU();
-  hoop_dtype_t t = (hoop_dtype_t)GetParam();
-  size_t esz = hoop_dtype_size(t);
-  bool half = t == HOOP_F16 || t == HOOP_BF16 || is_fp8(t);
-  std::mt19937_64 rng(4321 + GetParam());
-  const size_t counts[] = {0, 1, 7, 9, 17, 1000, 65537};
-  const size_t most = 65537 + 1;
-  const int max_src = 8;
-  char *dev = nullptr;
-  CUDA_OK(cudaMalloc((void **)&dev, (max_src + 2) * most * esz));
-  for (int nsrc : {1, 2, 3, 8}) {
-    for (int op = 0; op < HOOP_OP_COUNT; op++) {
-      hoop_op_t combine = op == HOOP_AVG ? HOOP_SUM : (hoop_op_t)op;
-      for (size_t count : counts) {
-        for (size_t off : {(size_t)0, (size_t)1}) {
-          std::vector<std::vector<char>> src(nsrc,
-                                             std::vector<char>(count * esz));
-          const void *dsrc[max_src];
-          for (int k = 0; k < nsrc; k++) {
-            random_bits(src[k], t, rng);
-            char *at = dev + (k * most + off) * esz;
-            CUDA_OK(cudaMemcpy(at, src[k].data(), src[k].size(),
-                               cudaMemcpyHostToDevice));
-            dsrc[k] = at;
-          }
-          std::vector<char> want(count * esz);
-          if (half) {
-            std::vector<float> acc(count), next(count);
+  in_child([&] {
+    hoop_dtype_t t = (hoop_dtype_t)GetParam();
+    size_t esz = hoop_dtype_size(t);
+    bool half = t == HOOP_F16 || t == HOOP_BF16 || is_fp8(t);
+    std::mt19937_64 rng(4321 + GetParam());
+    const size_t counts[] = {0, 1, 7, 9, 17, 1000, 65537};
+    const size_t most = 65537 + 1;
+    const int max_src = 8;
+    char *dev = nullptr;
+    CUDA_OK(cudaMalloc((void **)&dev, (max_src + 2) * most * esz));
+    for (int nsrc : {1, 2, 3, 8}) {
+      for (int op = 0; op < HOOP_OP_COUNT; op++) {
+        hoop_op_t combine = op == HOOP_AVG ? HOOP_SUM : (hoop_op_t)op;
+        for (size_t count : counts) {
+          for (size_t off : {(size_t)0, (size_t)1}) {
+            std::vector<std::vector<char>> src(nsrc,
+                                               std::vector<char>(count * esz));
+            const void *dsrc[max_src];
             for (int k = 0; k < nsrc; k++) {
-              std::vector<float> &dst = k == 0 ? acc : next;
-              for (size_t i = 0; i < count; i++)
-                dst[i] = (float)load_float(src[k].data(), i, t);
-              if (k > 0)
-                hoop__reduce(acc.data(), acc.data(), next.data(), count,
-                             HOOP_F32, combine);
+              random_bits(src[k], t, rng);
+              char *at = dev + (k * most + off) * esz;
+              CUDA_OK(cudaMemcpy(at, src[k].data(), src[k].size(),
+                                 cudaMemcpyHostToDevice));
+              dsrc[k] = at;
             }
-            for (size_t i = 0; i < count; i++)
-              store_float(want.data(), i, t,
-                          op == HOOP_AVG ? acc[i] / (float)nsrc : acc[i]);
-          } else {
-            want = src[0];
-            for (int k = 1; k < nsrc; k++)
-              hoop__reduce(want.data(), want.data(), src[k].data(), count, t,
-                           combine);
-            if (op == HOOP_AVG)
-              hoop__reduce_div(want.data(), count, t, nsrc);
-          }
-          char *d1 = dev + (max_src * most + off) * esz, *d2 = d1 + most * esz;
-          ASSERT_EQ(hoop__cuda_reduce_many(d1, d2, dsrc, nsrc, count, t,
-                                           (hoop_op_t)op, nullptr),
-                    0);
-          for (char *d : {d1, d2}) {
-            std::vector<char> got(count * esz);
-            CUDA_OK(cudaMemcpy(got.data(), d, got.size(),
-                               cudaMemcpyDeviceToHost));
-            size_t first = 0, bad = differing(got, want, t, &first);
-            EXPECT_EQ(bad, 0u) << hoop_dtype_name(t) << " "
-                               << hoop_op_name((hoop_op_t)op) << " " << nsrc
-                               << " sources, count " << count << " offset "
-                               << off << (d == d2 ? " (second output)" : "")
-                               << ": first difference at " << first;
+            std::vector<char> want(count * esz);
+            if (half) {
+              std::vector<float> acc(count), next(count);
+              for (int k = 0; k < nsrc; k++) {
+                std::vector<float> &dst = k == 0 ? acc : next;
+                for (size_t i = 0; i < count; i++)
+                  dst[i] = (float)load_float(src[k].data(), i, t);
+                if (k > 0)
+                  hoop__reduce(acc.data(), acc.data(), next.data(), count,
+                               HOOP_F32, combine);
+              }
+              for (size_t i = 0; i < count; i++)
+                store_float(want.data(), i, t,
+                            op == HOOP_AVG ? acc[i] / (float)nsrc : acc[i]);
+            } else {
+              want = src[0];
+              for (int k = 1; k < nsrc; k++)
+                hoop__reduce(want.data(), want.data(), src[k].data(), count, t,
+                             combine);
+              if (op == HOOP_AVG)
+                hoop__reduce_div(want.data(), count, t, nsrc);
+            }
+            char *d1 = dev + (max_src * most + off) * esz,
+                 *d2 = d1 + most * esz;
+            ASSERT_EQ(hoop__cuda_reduce_many(d1, d2, dsrc, nsrc, count, t,
+                                             (hoop_op_t)op, nullptr),
+                      0);
+            for (char *d : {d1, d2}) {
+              std::vector<char> got(count * esz);
+              CUDA_OK(cudaMemcpy(got.data(), d, got.size(),
+                                 cudaMemcpyDeviceToHost));
+              size_t first = 0, bad = differing(got, want, t, &first);
+              EXPECT_EQ(bad, 0u) << hoop_dtype_name(t) << " "
+                                 << hoop_op_name((hoop_op_t)op) << " " << nsrc
+                                 << " sources, count " << count << " offset "
+                                 << off << (d == d2 ? " (second output)" : "")
+                                 << ": first difference at " << first;
+            }
           }
         }
       }
     }
-  }
-  const void *none[1] = {dev};
-  EXPECT_NE(hoop__cuda_reduce_many(dev, nullptr, none, 0, 1, t, HOOP_SUM,
-                                   nullptr),
-            0);
-  CUDA_OK(cudaFree(dev));
+    const void *none[1] = {dev};
+    EXPECT_NE(hoop__cuda_reduce_many(dev, nullptr, none, 0, 1, t, HOOP_SUM,
+                                     nullptr),
+              0);
+    CUDA_OK(cudaFree(dev));
+  });
 }
 
 // reduce.c narrows fp8 with its own code; the device kernels call
@@ -682,7 +690,7 @@ TEST(CudaStreams, ResetStatsClearsCallsStillQueued) {
             if (round == 0)
               RANK_EXPECT_OK(log, comm, hoop_comm_reset_stats(comm));
           }
-          hoop_stats_t st;
+          hoop_stats_t st = HOOP_STATS_INIT;
           RANK_EXPECT_OK(log, comm, hoop_comm_get_stats(comm, &st));
           uint64_t calls = 0;
           for (int a = 0; a < HOOP_ALGO_COUNT; a++)

@@ -825,6 +825,64 @@ TEST(NcclErrors, BadArgumentsAreRefusedWithATextAndTheRightCode) {
   }));
 }
 
+// nccl_device.h's host functions, declared here since that header needs
+// CUDA C++.  Programs built against NCCL 2.28 (PyTorch 2.11) reference them
+// whether or not they use them; hoop answers the team queries and refuses
+// to make a device communicator, saying why.
+struct DeviceTeam {
+  int nRanks, rank, stride;
+};
+extern "C" {
+ncclResult_t ncclDevCommCreate(ncclComm_t, const void *, void *);
+ncclResult_t ncclDevCommDestroy(ncclComm_t, const void *);
+DeviceTeam ncclTeamWorld(ncclComm_t);
+DeviceTeam ncclTeamLsa(ncclComm_t);
+DeviceTeam ncclTeamRail(ncclComm_t);
+int ncclTeamRankToWorld(ncclComm_t, DeviceTeam, int);
+int ncclTeamRankToLsa(ncclComm_t, DeviceTeam, int);
+}
+
+TEST(NcclDeviceApi, TeamsAnswerAndDeviceCommunicatorsAreRefused) {
+  expect_all_ok(run_ranks(3, [](RankLog &log, ncclComm_t comm, int rank,
+                                int n) {
+    DeviceTeam world = ncclTeamWorld(comm), lsa = ncclTeamLsa(comm),
+               rail = ncclTeamRail(comm);
+    if (world.nRanks != n || world.rank != rank || world.stride != 1)
+      log.fail("world team {%d, %d, %d}", world.nRanks, world.rank,
+               world.stride);
+    if (lsa.nRanks != 1 || lsa.rank != 0)
+      log.fail("LSA team {%d, %d, %d}, not this rank alone", lsa.nRanks,
+               lsa.rank, lsa.stride);
+    if (rail.nRanks != n || rail.rank != rank)
+      log.fail("rail team {%d, %d, %d}, not the world", rail.nRanks,
+               rail.rank, rail.stride);
+    for (int r = 0; r < n; r++) {
+      if (ncclTeamRankToWorld(comm, world, r) != r)
+        log.fail("world rank %d maps to %d", r,
+                 ncclTeamRankToWorld(comm, world, r));
+    }
+    if (ncclTeamRankToWorld(comm, lsa, 0) != rank ||
+        ncclTeamRankToLsa(comm, world, rank) != 0)
+      log.fail("this rank is not LSA rank 0 of its team");
+    char requirements[256] = {0}, devcomm[4096];
+    ncclResult_t r = ncclDevCommCreate(comm, requirements, devcomm);
+    const char *why = ncclGetLastError(comm);
+    if (r != ncclInvalidUsage || strstr(why, "device API") == nullptr)
+      log.fail("ncclDevCommCreate returned %d: %s", (int)r, why);
+    if (ncclDevCommDestroy(comm, devcomm) != ncclInvalidArgument)
+      log.fail("ncclDevCommDestroy of what was never made was not refused");
+    // The communicator still works.
+    int x = 1;
+    CHECK_NCCL(log, ncclAllReduce(&x, &x, 1, ncclInt32, ncclSum, comm,
+                                  nullptr));
+    if (x != n)
+      log.fail("allreduce after the device API calls: %d", x);
+  }));
+  DeviceTeam none = ncclTeamWorld(nullptr);
+  EXPECT_EQ(none.nRanks, 0);
+  EXPECT_NE(strstr(ncclGetLastError(nullptr), "ncclTeamWorld"), nullptr);
+}
+
 TEST(NcclQueries, VersionStringsMemoryAndRegistrations) {
   int version = 0;
   ASSERT_EQ(ncclGetVersion(&version), ncclSuccess);

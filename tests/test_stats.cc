@@ -512,28 +512,51 @@ TEST_P(Stats, PointToPointAndAllToAllBytesPerPeer) {
   EXPECT_TRUE(r.all_ok()) << describe(r);
 }
 
+// Refused, and the communicator's last error says why: a caller that asks
+// hoop_comm_last_error(comm), not hoop_last_error(), learns it too.
 TEST_P(Stats, BadArgumentsAreRejected) {
   RunResult r = run_ranks(GetParam(), [](RankLog &log, hoop_comm_t comm, int,
                                          int nranks) {
+    auto refused = [&](hoop_result_t res, const char *what,
+                       const char *says) {
+      const char *why = hoop_comm_last_error(comm);
+      RANK_EXPECT(log,
+                  res == HOOP_ERR_INVALID_ARGUMENT &&
+                      strstr(why, says) != nullptr,
+                  "%s: %s, the communicator's last error \"%s\"", what,
+                  hoop_result_name(res), why);
+    };
     uint64_t s, rcv;
-    hoop_result_t res;
-    for (int peer : {-1, nranks}) {
-      res = hoop_comm_get_peer_bytes(comm, peer, &s, &rcv);
-      RANK_EXPECT(log, res == HOOP_ERR_INVALID_ARGUMENT, "peer %d: %s", peer,
-                  hoop_result_name(res));
-    }
-    res = hoop_comm_get_stats(comm, nullptr);
-    RANK_EXPECT(log, res == HOOP_ERR_INVALID_ARGUMENT, "NULL stats: %s",
-                hoop_result_name(res));
+    for (int peer : {-1, nranks})
+      refused(hoop_comm_get_peer_bytes(comm, peer, &s, &rcv), "peer",
+              "hoop_comm_get_peer_bytes");
+    refused(hoop_comm_get_peer_bytes(comm, 0, nullptr, &rcv), "NULL sent",
+            "hoop_comm_get_peer_bytes");
+    refused(hoop_comm_get_stats(comm, nullptr), "NULL stats",
+            "hoop_comm_get_stats");
+    hoop_stats_t unset;
+    memset(&unset, 0, sizeof unset);
+    refused(hoop_comm_get_stats(comm, &unset), "stats without HOOP_STATS_INIT",
+            "HOOP_STATS_INIT");
+    hoop_model_t model;
+    memset(&model, 0, sizeof model);
+    refused(hoop_comm_get_model(comm, &model), "model without HOOP_MODEL_INIT",
+            "HOOP_MODEL_INIT");
+    hoop_rank_info_t info;
+    memset(&info, 0, sizeof info);
+    refused(hoop_comm_rank_info(comm, 0, &info),
+            "rank info without HOOP_RANK_INFO_INIT", "HOOP_RANK_INFO_INIT");
+    refused(hoop_comm_get_algo(comm, nullptr), "NULL algo",
+            "hoop_comm_get_algo");
+    refused(hoop_comm_transport(comm, 0, 0, nullptr), "NULL name",
+            "hoop_comm_transport");
     double secs;
-    res = hoop_comm_predict(comm, HOOP_COLL_ALLREDUCE, HOOP_ALGO_RING, 4096,
-                            nullptr);
-    RANK_EXPECT(log, res == HOOP_ERR_INVALID_ARGUMENT, "NULL seconds: %s",
-                hoop_result_name(res));
-    res = hoop_comm_predict(comm, HOOP_COLL_ALLREDUCE, (hoop_algo_t)99, 4096,
-                            &secs);
-    RANK_EXPECT(log, res == HOOP_ERR_INVALID_ARGUMENT, "algo 99: %s",
-                hoop_result_name(res));
+    refused(hoop_comm_predict(comm, HOOP_COLL_ALLREDUCE, HOOP_ALGO_RING, 4096,
+                              nullptr),
+            "NULL seconds", "hoop_comm_predict");
+    refused(hoop_comm_predict(comm, HOOP_COLL_ALLREDUCE, (hoop_algo_t)99, 4096,
+                              &secs),
+            "algo 99", "hoop_comm_predict");
   });
   EXPECT_TRUE(r.all_ok()) << describe(r);
 }

@@ -197,10 +197,10 @@ hoop_result_t hoop_comm_set_algo(hoop_comm_t comm, hoop_algo_t algo) {
 }
 
 hoop_result_t hoop_comm_get_algo(hoop_comm_t comm, hoop_algo_t *algo) {
-  if (algo == NULL)
-    return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
-                      "hoop_comm_get_algo: algo is NULL");
   HOOP_CHECK(hoop__comm_check_live(comm, "hoop_comm_get_algo"));
+  if (algo == NULL)
+    return HOOP_ERROR(comm, HOOP_ERR_INVALID_ARGUMENT,
+                      "hoop_comm_get_algo: algo is NULL");
   *algo = hoop__comm_algo(comm);
   return HOOP_SUCCESS;
 }
@@ -208,12 +208,12 @@ hoop_result_t hoop_comm_get_algo(hoop_comm_t comm, hoop_algo_t *algo) {
 hoop_result_t hoop_comm_predict(hoop_comm_t comm, hoop_coll_t coll,
                                 hoop_algo_t algo, size_t bytes,
                                 double *seconds) {
+  HOOP_CHECK(hoop__comm_check_live(comm, "hoop_comm_predict"));
   if (seconds == NULL || coll < HOOP_COLL_ALLREDUCE ||
       coll >= HOOP_COLL_COUNT || (unsigned)algo > HOOP_ALGO_PS)
-    return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
+    return HOOP_ERROR(comm, HOOP_ERR_INVALID_ARGUMENT,
                       "hoop_comm_predict: bad collective, algorithm or "
                       "NULL result");
-  HOOP_CHECK(hoop__comm_check_live(comm, "hoop_comm_predict"));
   /* The schedule that a call made under the setting runs, priced. */
   if (algo == HOOP_ALGO_AUTO)
     algo = hoop__comm_algo(comm);
@@ -223,13 +223,15 @@ hoop_result_t hoop_comm_predict(hoop_comm_t comm, hoop_coll_t coll,
 }
 
 hoop_result_t hoop_comm_get_model(hoop_comm_t comm, hoop_model_t *model) {
-  if (model == NULL)
-    return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
-                      "hoop_comm_get_model: model is NULL");
-  HOOP_CHECK(hoop__check_versioned(
-      "hoop_comm_get_model", "hoop_model_t", "HOOP_MODEL_INIT", model,
-      offsetof(hoop_model_t, alpha_s), sizeof *model, HOOP_MODEL_VERSION));
   HOOP_CHECK(hoop__comm_check_live(comm, "hoop_comm_get_model"));
+  if (model == NULL)
+    return HOOP_ERROR(comm, HOOP_ERR_INVALID_ARGUMENT,
+                      "hoop_comm_get_model: model is NULL");
+  hoop_result_t res = hoop__check_versioned(
+      "hoop_comm_get_model", "hoop_model_t", "HOOP_MODEL_INIT", model,
+      offsetof(hoop_model_t, alpha_s), sizeof *model, HOOP_MODEL_VERSION);
+  if (res != HOOP_SUCCESS)
+    return hoop__error_attach(comm, res);
   hoop_model_t full = {
       .alpha_s = comm->alpha_s,
       .link_beta_s = comm->beta_s,

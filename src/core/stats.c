@@ -60,13 +60,15 @@ static hoop_result_t settle(hoop_comm_t comm, const char *what) {
 }
 
 hoop_result_t hoop_comm_get_stats(hoop_comm_t comm, hoop_stats_t *stats) {
-  if (stats == NULL)
-    return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
-                      "hoop_comm_get_stats: stats is NULL");
-  HOOP_CHECK(hoop__check_versioned(
-      "hoop_comm_get_stats", "hoop_stats_t", "HOOP_STATS_INIT", stats,
-      offsetof(hoop_stats_t, bytes_sent), sizeof *stats, HOOP_STATS_VERSION));
   HOOP_CHECK(settle(comm, "hoop_comm_get_stats"));
+  if (stats == NULL)
+    return HOOP_ERROR(comm, HOOP_ERR_INVALID_ARGUMENT,
+                      "hoop_comm_get_stats: stats is NULL");
+  hoop_result_t res = hoop__check_versioned(
+      "hoop_comm_get_stats", "hoop_stats_t", "HOOP_STATS_INIT", stats,
+      offsetof(hoop_stats_t, bytes_sent), sizeof *stats, HOOP_STATS_VERSION);
+  if (res != HOOP_SUCCESS)
+    return hoop__error_attach(comm, res);
   pthread_mutex_lock(&comm->state_lock);
   hoop__fill_versioned(stats, &comm->stats,
                        offsetof(hoop_stats_t, bytes_sent));
@@ -76,10 +78,10 @@ hoop_result_t hoop_comm_get_stats(hoop_comm_t comm, hoop_stats_t *stats) {
 
 hoop_result_t hoop_comm_get_peer_bytes(hoop_comm_t comm, int peer,
                                        uint64_t *sent, uint64_t *received) {
-  if (sent == NULL || received == NULL)
-    return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
-                      "hoop_comm_get_peer_bytes: NULL result");
   HOOP_CHECK(settle(comm, "hoop_comm_get_peer_bytes"));
+  if (sent == NULL || received == NULL)
+    return HOOP_ERROR(comm, HOOP_ERR_INVALID_ARGUMENT,
+                      "hoop_comm_get_peer_bytes: NULL result");
   if (peer < 0 || peer >= comm->nranks)
     return HOOP_ERROR(comm, HOOP_ERR_INVALID_ARGUMENT,
                       "hoop_comm_get_peer_bytes: peer %d is outside 0..%d",

@@ -63,15 +63,17 @@ int hoop__comm_peers_mappable(const struct hoop_comm *comm) {
 
 hoop_result_t hoop_comm_rank_info(hoop_comm_t comm, int rank,
                                   hoop_rank_info_t *info) {
+  HOOP_CHECK(hoop__comm_check_live(comm, "hoop_comm_rank_info"));
   if (info == NULL)
-    return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
+    return HOOP_ERROR(comm, HOOP_ERR_INVALID_ARGUMENT,
                       "hoop_comm_rank_info: info is NULL");
-  HOOP_CHECK(hoop__check_versioned(
+  hoop_result_t res = hoop__check_versioned(
       "hoop_comm_rank_info", "hoop_rank_info_t", "HOOP_RANK_INFO_INIT", info,
       offsetof(hoop_rank_info_t, host), sizeof *info,
-      HOOP_RANK_INFO_VERSION));
-  HOOP_CHECK(hoop__comm_check_live(comm, "hoop_comm_rank_info"));
-  hoop_result_t res = check_rank(comm, "hoop_comm_rank_info", rank);
+      HOOP_RANK_INFO_VERSION);
+  if (res != HOOP_SUCCESS)
+    return hoop__error_attach(comm, res);
+  res = check_rank(comm, "hoop_comm_rank_info", rank);
   if (res == HOOP_SUCCESS) {
     const struct hoop_peer_info *p = &comm->peers[rank];
     hoop_rank_info_t full = {
@@ -89,10 +91,10 @@ hoop_result_t hoop_comm_rank_info(hoop_comm_t comm, int rank,
 
 hoop_result_t hoop_comm_transport(hoop_comm_t comm, int a, int b,
                                   const char **name) {
-  if (name == NULL)
-    return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
-                      "hoop_comm_transport: name is NULL");
   HOOP_CHECK(hoop__comm_check_live(comm, "hoop_comm_transport"));
+  if (name == NULL)
+    return HOOP_ERROR(comm, HOOP_ERR_INVALID_ARGUMENT,
+                      "hoop_comm_transport: name is NULL");
   hoop_result_t res = check_rank(comm, "hoop_comm_transport", a);
   if (res == HOOP_SUCCESS)
     res = check_rank(comm, "hoop_comm_transport", b);
