@@ -252,7 +252,11 @@ HOOP_API const char *hoop_comm_last_error(hoop_comm_t comm);
  * The first error of a call on device buffers that failed after it had
  * returned (like ncclCommGetAsyncError), or HOOP_SUCCESS; never waits.
  * Such a failure breaks the communicator, and its text is in
- * hoop_comm_last_error().
+ * hoop_comm_last_error().  hoop judges a device call once the GPU has run
+ * it, so a call whose peer failed can end on the stream (its waits
+ * released, its results garbage) a moment before its error shows here:
+ * poll, as a watchdog does, and the error comes within the communicator's
+ * timeout.
  */
 HOOP_API hoop_result_t hoop_comm_get_async_error(hoop_comm_t comm,
                                                  hoop_result_t *error);

@@ -6,6 +6,7 @@
 #ifndef HOOP_ALGORITHMS_H
 #define HOOP_ALGORITHMS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "core/engine.h"
@@ -28,6 +29,11 @@ struct hoop_call {
   size_t elem_size;
   int root;           /* broadcast, reduce and the parameter server */
   size_t slice_bytes; /* a multiple of elem_size */
+  /*
+   * hoop's own set-up traffic (the CUDA IPC path's handshake), which the
+   * user's counters leave out: they count the calls the user made.
+   */
+  bool uncounted;
 };
 
 /* Double binary tree: allreduce, broadcast and reduce. */

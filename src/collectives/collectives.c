@@ -304,8 +304,9 @@ static hoop_result_t run_plan(struct hoop_comm *comm, struct hoop_call *c,
   if (res == HOOP_SUCCESS)
     res = hoop__engine_run(plan);
   if (res == HOOP_SUCCESS) {
-    hoop__stats_count(comm, plan, (hoop_coll_t)key->coll, c->algo,
-                      hoop__now_ns() - t0);
+    if (!c->uncounted)
+      hoop__stats_count(comm, plan, (hoop_coll_t)key->coll, c->algo,
+                        hoop__now_ns() - t0);
     return HOOP_SUCCESS;
   }
   /*
@@ -345,7 +346,8 @@ static void run_single(struct hoop_comm *comm, const struct hoop_call *c,
   if (c->coll != HOOP_COLL_ALLGATHER && c->coll != HOOP_COLL_BROADCAST &&
       c->recv != NULL && c->send != c->recv && c->bytes > 0)
     memmove(c->recv, c->send, c->bytes);
-  count_single(comm, label, t0);
+  if (!c->uncounted)
+    count_single(comm, label, t0);
 }
 
 /*

@@ -61,7 +61,8 @@ static hoop_result_t host_allgather(struct hoop_comm *comm, const void *mine,
                         .send = mine,
                         .recv = all,
                         .dtype = HOOP_U8,
-                        .op = HOOP_SUM};
+                        .op = HOOP_SUM,
+                        .uncounted = true};
   return hoop__collective_run(comm, &c, bytes, HOOP_COLL_ALLGATHER);
 }
 
@@ -70,7 +71,8 @@ static hoop_result_t host_all_agree(struct hoop_comm *comm, int32_t *ok) {
                         .send = (const char *)ok,
                         .recv = (char *)ok,
                         .dtype = HOOP_I32,
-                        .op = HOOP_MIN};
+                        .op = HOOP_MIN,
+                        .uncounted = true};
   return hoop__collective_run(comm, &c, 1, HOOP_COLL_ALLREDUCE);
 }
 
