@@ -125,7 +125,8 @@ std::vector<int> connected_peers(hoop_comm_t comm) {
   return peers;
 }
 
-// HOOP_RUNTIME_CONNECT=1: a pair connects when a plan first needs it, so
+// HOOP_RUNTIME_CONNECT=1 (the default): a pair connects when a plan first
+// needs it, so
 // after init a rank holds no connection, after a ring all-reduce only its
 // two neighbours, and after an all-to-all every peer, with every result
 // right.  Over shm (6 ranks) and TCP (5).
@@ -164,6 +165,29 @@ TEST(FirstUse, RanksConnectOnlyThePeersTheirCallsUse) {
       RANK_EXPECT(log, (int)connected_peers(comm).size() == n - 1,
                   "%zu peers connected after an all-to-all, want %d",
                   connected_peers(comm).size(), n - 1);
+    });
+    EXPECT_TRUE(r.all_ok()) << transport << ": " << describe(r);
+  }
+}
+
+// HOOP_RUNTIME_CONNECT=0: every peer connects at init, as before first use
+// became the default, and the calls run on those connections.
+TEST(FirstUse, EagerConnectsEveryPeerAtInit) {
+  ScopedEnv eager("HOOP_RUNTIME_CONNECT", "0");
+  for (const char *transport : {"shm", "tcp"}) {
+    ScopedEnv forced("HOOP_TRANSPORT", transport);
+    RunResult r = run_ranks(5, [](RankLog &log, hoop_comm_t comm, int rank,
+                                  int n) {
+      RANK_EXPECT(log, (int)connected_peers(comm).size() == n - 1,
+                  "%zu peers connected after init, want %d",
+                  connected_peers(comm).size(), n - 1);
+      std::vector<double> v(1001, rank + 1.0);
+      RANK_EXPECT_OK(log, comm,
+                     hoop_allreduce(comm, v.data(), v.data(), v.size(),
+                                    HOOP_F64, HOOP_SUM, nullptr));
+      double want = n * (n + 1) / 2.0;
+      RANK_EXPECT(log, v[0] == want && v[1000] == want, "sum %g, want %g",
+                  v[0], want);
     });
     EXPECT_TRUE(r.all_ok()) << transport << ": " << describe(r);
   }

@@ -154,19 +154,11 @@ static void list_transports(char *buf, size_t len) {
   }
 }
 
-hoop_result_t hoop__transport_connect(const struct hoop_peer_info *self,
-                                      const struct hoop_peer_info *peer,
-                                      struct hoop_conn_setup *setup,
-                                      struct hoop_conn **conn) {
-  const struct hoop_transport_ops *t = hoop__transport_pick(self, peer);
-  if (t != NULL) {
-    setup->self = hoop__published(self, t);
-    setup->other = hoop__published(peer, t);
-    HOOP_CHECK(t->connect(setup, conn));
-    HOOP_INFO("rank %d -> %s channel %d via %s", setup->rank,
-              setup->peer_desc, setup->channel, t->name);
+hoop_result_t hoop__transport_check(const struct hoop_peer_info *self,
+                                    const struct hoop_peer_info *peer,
+                                    int rank, const char *peer_desc) {
+  if (hoop__transport_pick(self, peer) != NULL)
     return HOOP_SUCCESS;
-  }
   const char *forced = hoop__param_transport();
   const struct hoop_transport_ops *named =
       forced != NULL ? transport_named(forced) : NULL;
@@ -177,7 +169,7 @@ hoop_result_t hoop__transport_connect(const struct hoop_peer_info *self,
     named->why_not(&va, &vb, why, sizeof why);
     return HOOP_ERROR(NULL, HOOP_ERR_UNSUPPORTED,
                       "HOOP_TRANSPORT=%s cannot join rank %d and %s: %s",
-                      forced, setup->rank, setup->peer_desc, why);
+                      forced, rank, peer_desc, why);
   }
   if (forced != NULL) {
     char have[128];
@@ -185,9 +177,24 @@ hoop_result_t hoop__transport_connect(const struct hoop_peer_info *self,
     return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
                       "HOOP_TRANSPORT=%s: no such transport can connect "
                       "rank %d and %s (this build has: %s)",
-                      forced, setup->rank, setup->peer_desc, have);
+                      forced, rank, peer_desc, have);
   }
   return HOOP_ERROR(NULL, HOOP_ERR_UNSUPPORTED,
-                    "no transport can connect rank %d and %s", setup->rank,
-                    setup->peer_desc);
+                    "no transport can connect rank %d and %s", rank,
+                    peer_desc);
+}
+
+hoop_result_t hoop__transport_connect(const struct hoop_peer_info *self,
+                                      const struct hoop_peer_info *peer,
+                                      struct hoop_conn_setup *setup,
+                                      struct hoop_conn **conn) {
+  const struct hoop_transport_ops *t = hoop__transport_pick(self, peer);
+  if (t == NULL)
+    return hoop__transport_check(self, peer, setup->rank, setup->peer_desc);
+  setup->self = hoop__published(self, t);
+  setup->other = hoop__published(peer, t);
+  HOOP_CHECK(t->connect(setup, conn));
+  HOOP_INFO("rank %d -> %s channel %d via %s", setup->rank, setup->peer_desc,
+            setup->channel, t->name);
+  return HOOP_SUCCESS;
 }

@@ -251,6 +251,17 @@ void hoop__conn_init(struct hoop_conn *conn,
                      const struct hoop_conn_setup *setup);
 
 /*
+ * Whether a transport can join this rank (`self`, rank `rank`) and `peer`
+ * (described as `peer_desc`): HOOP_SUCCESS, or why none can (HOOP_TRANSPORT
+ * naming one that cannot, or none at all).  It connects nothing, so a
+ * communicator that connects its pairs on first use still fails at init
+ * when a pair could never connect.  Errors are the thread's last error.
+ */
+hoop_result_t hoop__transport_check(const struct hoop_peer_info *self,
+                                    const struct hoop_peer_info *peer,
+                                    int rank, const char *peer_desc);
+
+/*
  * Picks the transport for this rank (`self`) and the peer (`peer`), as
  * hoop__transport_pick does, and connects through it; fills the setup's
  * published views.  Errors are the thread's last error only, as the

@@ -27,6 +27,24 @@ const char *hoop__peer_desc(const struct hoop_comm *comm, int peer,
 }
 
 /*
+ * How long a wait for a peer's connection may go without looking at the
+ * abort flag: hoop_comm_abort() from another thread ends a call that is
+ * connecting as promptly as one that is moving data.
+ */
+#define ABORT_POLL_MS 50
+
+static hoop_result_t aborted_while(struct hoop_comm *comm, const char *desc) {
+  return HOOP_ERROR(comm, HOOP_ERR_ABORTED,
+                    "hoop_comm_abort() was called while this rank was "
+                    "connecting with %s",
+                    desc);
+}
+
+static bool aborted(const struct hoop_comm *comm) {
+  return __atomic_load_n(&comm->aborted, __ATOMIC_ACQUIRE) != 0;
+}
+
+/*
  * Waits until fd has something to read, serving this rank's listener
  * meanwhile: a peer that never answers (it is in another call, or failed)
  * must not hold this rank for the whole timeout when some rank has already
@@ -42,16 +60,23 @@ static hoop_result_t await_readable(struct hoop_comm *comm, int fd,
   hoop_result_t res = HOOP_SUCCESS;
   for (;;) {
     long long left = deadline - hoop__now_ms();
+    if (aborted(comm)) {
+      res = aborted_while(comm, desc);
+      break;
+    }
     if (left <= 0) {
       res = HOOP_ERROR(comm, HOOP_ERR_TIMEOUT,
-                       "%s accepted the connection but never sent %s "
-                       "within %d ms",
-                       desc, what, comm->timeout_ms);
+                       "no progress for %d ms: %s took the connection but "
+                       "never sent %s (it is in no hoop call that connects "
+                       "with this rank: busy elsewhere, stopped, in another "
+                       "call, or hung)",
+                       comm->timeout_ms, desc, what);
       break;
     }
     fds[0] = (struct pollfd){.fd = fd, .events = POLLIN};
     int n = 1 + hoop__listener_pollfds(&comm->listener, fds + 1);
-    if (poll(fds, (nfds_t)n, left > 1000 ? 1000 : (int)left) <= 0)
+    if (poll(fds, (nfds_t)n,
+             left > ABORT_POLL_MS ? ABORT_POLL_MS : (int)left) <= 0)
       continue;
     bool listener = false;
     for (int i = 1; i < n; i++)
@@ -68,30 +93,41 @@ static hoop_result_t await_readable(struct hoop_comm *comm, int fd,
   return res;
 }
 
+/* How long a refused dial waits for the notice its peer sent as it went. */
+#define GONE_NOTICE_MS 100
+
 /*
- * One connection and handshake; *challenged says whether the acceptor got
- * as far as its challenge.
+ * One connection and handshake; *again says whether another dial may get
+ * further: the acceptor took the connection but closed it before its
+ * challenge.
  */
 static hoop_result_t dial_once(struct hoop_comm *comm,
                                const struct hoop_addr *addr, int32_t to,
                                int32_t channel, long long deadline,
-                               const char *desc, int *out,
-                               bool *challenged) {
+                               const char *desc, int *out, bool *again) {
   int fd;
-  *challenged = false;
-  HOOP_CHECK(hoop__sock_connect(comm, addr, deadline, desc, &fd));
+  *again = false;
+  /* Every rank listens before it joins; only rank 0's rendezvous may not
+   * be up yet. */
+  hoop_result_t res = hoop__sock_connect(
+      comm, addr, deadline, desc, channel != HOOP_RENDEZVOUS_CHANNEL, &fd);
+  if (res == HOOP_ERR_REMOTE) {
+    /* A rank that failed told every peer why before it went. */
+    hoop_result_t why = hoop__comm_check_notices(comm, GONE_NOTICE_MS);
+    return why != HOOP_SUCCESS ? why : res;
+  }
+  HOOP_CHECK(res);
   struct hoop_handshake hs;
   struct hoop_auth_challenge ch;
   struct hoop_auth_proof proof;
-  hoop_result_t res =
-      hoop__auth_handshake(comm->comm_id, comm->rank, to, channel, &hs);
+  res = hoop__auth_handshake(comm->comm_id, comm->rank, to, channel, &hs);
   if (res == HOOP_SUCCESS)
     res = hoop__sock_send_all(comm, fd, &hs, sizeof hs, deadline, desc);
   if (res == HOOP_SUCCESS)
     res = await_readable(comm, fd, deadline, desc, "its challenge");
   if (res == HOOP_SUCCESS)
     res = hoop__sock_recv_all(comm, fd, &ch, sizeof ch, deadline, desc);
-  *challenged = res == HOOP_SUCCESS;
+  *again = res == HOOP_ERR_REMOTE;
   if (res == HOOP_SUCCESS && !hoop__auth_check_challenge(&comm->auth_key,
                                                          &hs, &ch))
     res = HOOP_ERROR(comm, HOOP_ERR_MISMATCH,
@@ -124,11 +160,10 @@ hoop_result_t hoop__comm_dial(struct hoop_comm *comm,
                               int32_t channel, long long deadline,
                               const char *desc, int *out) {
   for (int tries = 1;; tries++) {
-    bool challenged;
+    bool again;
     hoop_result_t res =
-        dial_once(comm, addr, to, channel, deadline, desc, out, &challenged);
-    if (res != HOOP_ERR_REMOTE || challenged || tries == DIAL_TRIES ||
-        hoop__now_ms() >= deadline)
+        dial_once(comm, addr, to, channel, deadline, desc, out, &again);
+    if (!again || tries == DIAL_TRIES || hoop__now_ms() >= deadline)
       return res;
     HOOP_INFO("rank %d: %s closed the connection before its challenge; "
               "dialling again",
@@ -191,8 +226,13 @@ static void set_broken(struct hoop_comm *comm, hoop_result_t result) {
 static hoop_result_t notice_error(struct hoop_comm *comm, int from,
                                   const char *reason) {
   comm->notice_received = true;
-  hoop_result_t res = HOOP_ERROR(comm, HOOP_ERR_REMOTE,
-                                 "rank %d failed first: %s", from, reason);
+  char desc[128] = "";
+  if (from >= 0 && from < comm->nranks)
+    hoop__peer_desc(comm, from, desc, sizeof desc);
+  else
+    snprintf(desc, sizeof desc, "rank %d", from);
+  hoop_result_t res = HOOP_ERROR(comm, HOOP_ERR_REMOTE, "%s failed first: %s",
+                                 desc, reason);
   if (!comm->joining)
     return res;
   set_broken(comm, res);
@@ -252,10 +292,13 @@ static hoop_result_t accept_from(struct hoop_comm *comm, int peer,
   hoop__peer_desc(comm, peer, desc, sizeof desc);
   while (!take_pending(comm, peer, channel, out)) {
     long long left = deadline - hoop__now_ms();
+    if (aborted(comm))
+      return aborted_while(comm, desc);
     if (left <= 0)
       return HOOP_ERROR(comm, HOOP_ERR_TIMEOUT,
                         "timed out waiting for a connection from %s", desc);
-    HOOP_CHECK(take_one(comm, left > 1000 ? 1000 : (int)left));
+    HOOP_CHECK(take_one(comm, left > ABORT_POLL_MS ? ABORT_POLL_MS
+                                                  : (int)left));
   }
   return HOOP_SUCCESS;
 }

@@ -379,7 +379,7 @@ static int connect_once(const struct hoop_addr *addr, long long deadline_ms,
 hoop_result_t hoop__sock_connect(struct hoop_comm *comm,
                                  const struct hoop_addr *addr,
                                  long long deadline_ms, const char *peer,
-                                 int *fd) {
+                                 bool listening, int *fd) {
   char astr[HOOP_ADDR_STRLEN];
   int err;
   long long pause_ms = 1;
@@ -387,6 +387,12 @@ hoop_result_t hoop__sock_connect(struct hoop_comm *comm,
     err = connect_once(addr, deadline_ms, fd);
     if (err == 0)
       return HOOP_SUCCESS;
+    if ((err == ECONNREFUSED || err == ECONNRESET) && listening)
+      return HOOP_ERROR(comm, HOOP_ERR_REMOTE,
+                        "connect to %s at %s failed: %s: nothing listens "
+                        "there any more (it exited or destroyed the "
+                        "communicator)",
+                        peer, hoop__addr_str(addr, astr), strerror(err));
     /* Only "not listening yet" is worth a retry; anything else is final. */
     if ((err != ECONNREFUSED && err != EINTR && err != EAGAIN) ||
         hoop__now_ms() + pause_ms >= deadline_ms)

@@ -10,6 +10,7 @@
 
 #include <net/if.h>
 #include <netinet/in.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -86,13 +87,15 @@ hoop_result_t hoop__sock_listen(const struct hoop_addr *addr, int *fd,
                                 struct hoop_addr *bound);
 
 /*
- * Connects to addr, retrying refused connections (the listener may not be
- * up yet) until deadline_ms on the hoop__now_ms() clock.
+ * Connects to addr until deadline_ms on the hoop__now_ms() clock.  While
+ * the listener may not be up yet (!listening), a refused connection is
+ * tried again; once it is known to be up, a refusal means that its owner
+ * has gone, and fails at once (HOOP_ERR_REMOTE).
  */
 hoop_result_t hoop__sock_connect(struct hoop_comm *comm,
                                  const struct hoop_addr *addr,
                                  long long deadline_ms, const char *peer,
-                                 int *fd);
+                                 bool listening, int *fd);
 
 /*
  * Starts a non-blocking connect to addr: 0 with *fd connected or on its
