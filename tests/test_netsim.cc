@@ -239,4 +239,26 @@ TEST_F(Netsim, MixedHostsUseShmInsideAndTcpBetween) {
   EXPECT_EQ(CheckedBenchRows(out.text), 3 * 3) << out.text;
 }
 
+// Ranks dealt out over the hosts in turn (hoop-run --cyclic, as srun's
+// cyclic distribution places them): the ring and the chains follow the
+// hosts rather than the rank numbers, and every algorithm stays right.
+TEST_F(Netsim, CyclicPlacementKeepsEveryAlgorithmRight) {
+  REQUIRE_BENCH();
+  std::string run = std::string(HOOP_RUN_PATH) +
+                    " --netns hoopsim --ranks-per-host 2 --cyclic -n 4 ";
+  const char *calls[] = {"-a ring",          "-a tree",
+                         "-a ps",            "-C reducescatter",
+                         "-C allgather",     "-C broadcast -r 1",
+                         "-C reduce -r 2"};
+  std::string benches = "true";
+  for (const char *call : calls)
+    benches += std::string(" && ") + run + HOOP_BENCH_PATH +
+               " -b 1K -e 1M -f 32 -n 2 -w 1 -c 1 " + call;
+  Output out = run_shell(kNetsim + " run 2 1gbit -- sh -c '" + benches + "'");
+  ASSERT_EQ(out.status, 0) << out.text;
+  EXPECT_TRUE(HoopsimNamespaces().empty());
+  // 1K, 32K and 1M for each call.
+  EXPECT_EQ(CheckedBenchRows(out.text), 7 * 3) << out.text;
+}
+
 }  // namespace

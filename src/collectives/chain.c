@@ -86,13 +86,14 @@ hoop_result_t hoop__chain_build(struct hoop_plan *plan,
                                 const struct hoop_call *call) {
   struct hoop_comm *comm = plan->comm;
   int n = comm->nranks, r = comm->rank;
-  /* Position along the chain; the root is first for broadcast, last for
-   * reduce. */
-  int first = call->coll == HOOP_COLL_BROADCAST ? call->root
-                                                : (call->root + 1) % n;
-  int pos = (r - first + n) % n;
-  int prev = pos > 0 ? (r + n - 1) % n : -1;
-  int next = pos < n - 1 ? (r + 1) % n : -1;
+  /* Position along the chain, which follows the ring (by host); the root
+   * is first for broadcast, last for reduce. */
+  int first = call->coll == HOOP_COLL_BROADCAST
+                  ? call->root
+                  : hoop__ring_peer(comm, call->root, 1);
+  int pos = (comm->ring_place[r] - comm->ring_place[first] + n) % n;
+  int prev = pos > 0 ? hoop__ring_peer(comm, r, -1) : -1;
+  int next = pos < n - 1 ? hoop__ring_peer(comm, r, 1) : -1;
   int link;
   /* Zero-byte calls still exchange headers with both neighbours. */
   if (prev >= 0)

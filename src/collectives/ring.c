@@ -50,11 +50,15 @@ size_t hoop__ring_outbox_slots(hoop_coll_t coll, int n, size_t depth,
   return users > 0 ? (depth + 1) * (size_t)users : 0;
 }
 
-/* Elements [*off, *off + *len) of chunk i that channel `ch` carries. */
-static void channel_part(const struct hoop_ring_call *call, int n, int i,
+/*
+ * Elements [*off, *off + *len) of block `rank` that channel `ch` carries.
+ * The schedule numbers chunks by ring place; the chunk at place p is the
+ * block of the rank there, so reduce-scatter leaves each rank its own.
+ */
+static void channel_part(const struct hoop_ring_call *call, int n, int rank,
                          int ch, size_t *off, size_t *len) {
   size_t coff, clen;
-  hoop__ring_chunk(call->count, n, i, &coff, &clen);
+  hoop__ring_chunk(call->count, n, rank, &coff, &clen);
   size_t nch = (size_t)call->nchannels;
   size_t lo = clen * (size_t)ch / nch, hi = clen * (size_t)(ch + 1) / nch;
   *off = coff + lo;
@@ -137,7 +141,8 @@ static hoop_result_t add_slice(struct hoop_plan *plan,
 static size_t describe_steps(const struct hoop_plan *plan,
                              const struct hoop_ring_call *call, int ch,
                              struct ring_channel *rc) {
-  int n = plan->comm->nranks, r = plan->comm->rank;
+  const struct hoop_comm *comm = plan->comm;
+  int n = comm->nranks, r = comm->rank, place = comm->ring_place[r];
   size_t esz = plan->elem_size;
   /*
    * Reduce-scatter's output and all-gather's input hold one block, not the
@@ -150,8 +155,10 @@ static size_t describe_steps(const struct hoop_plan *plan,
   size_t longest = 0;
   for (int k = 0; k <= rc->nsteps; k++) {
     size_t off, len;
-    channel_part(call, n, hoop__ring_out_chunk(call->coll, r, n, k), ch,
-                 &off, &len);
+    channel_part(
+        call, n,
+        comm->ring_order[hoop__ring_out_chunk(call->coll, place, n, k)], ch,
+        &off, &len);
     struct ring_step *s = &rc->steps[k];
     s->action = k == 0 ? HOOP_RING_COPY
                        : hoop__ring_action(call->coll, n, k - 1);
@@ -202,6 +209,7 @@ hoop_result_t hoop__ring_build(struct hoop_plan *plan,
                                const struct hoop_ring_call *call) {
   struct hoop_comm *comm = plan->comm;
   int n = comm->nranks, r = comm->rank;
+  int next = hoop__ring_peer(comm, r, 1), prev = hoop__ring_peer(comm, r, -1);
   struct ring_channel rc = {.nsteps = hoop__ring_nsteps(call->coll, n),
                             .final_via_outbox = call->final_via_outbox};
   hoop_result_t res = HOOP_SUCCESS;
@@ -213,11 +221,10 @@ hoop_result_t hoop__ring_build(struct hoop_plan *plan,
     goto out;
   }
   for (int ch = 0; ch < call->nchannels; ch++) {
-    HOOP_CHECK_GOTO(hoop__plan_link(plan, (r + 1) % n, ch, 1, &rc.send_link),
-                    res, out);
-    HOOP_CHECK_GOTO(
-        hoop__plan_link(plan, (r + n - 1) % n, ch, 0, &rc.recv_link), res,
-        out);
+    HOOP_CHECK_GOTO(hoop__plan_link(plan, next, ch, 1, &rc.send_link), res,
+                    out);
+    HOOP_CHECK_GOTO(hoop__plan_link(plan, prev, ch, 0, &rc.recv_link), res,
+                    out);
     rc.outbox = call->outbox + (size_t)ch * rc.slots * call->slice_bytes;
     rc.next_slot = 0;
     for (size_t i = 0; i < rc.slots; i++)

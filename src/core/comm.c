@@ -199,6 +199,8 @@ static void comm_free(struct hoop_comm *comm) {
   free(comm->conns);
   free(comm->peers);
   free(comm->host_index);
+  free(comm->ring_order);
+  free(comm->ring_place);
   free(comm->peer_sent);
   free(comm->peer_received);
   free(comm->scratch);
@@ -354,8 +356,8 @@ hoop_result_t hoop__comm_create(struct hoop_comm **out, int nranks, int rank,
   for (int peer = 0; !hoop__param_runtime_connect() && peer < nranks;
        peer++) {
     struct hoop_conn *c;
-    int ring = peer == (rank + 1) % nranks ||
-               peer == (rank + nranks - 1) % nranks;
+    int ring = peer == hoop__ring_peer(comm, rank, 1) ||
+               peer == hoop__ring_peer(comm, rank, -1);
     for (int ch = 0; peer != rank && ch < (ring ? comm->nsocks : 1); ch++)
       HOOP_CHECK_GOTO(hoop__comm_conn(comm, peer, ch, &c), res, out_free);
   }

@@ -84,6 +84,14 @@ struct hoop_comm {
   int single_host;       /* every rank shares this rank's host */
   int host_memory;       /* ... and reaches all of them through memory */
   int *host_index;       /* [nranks], numbered at creation (topology.c) */
+  /*
+   * The ring's order: ranks by host (in host_index order), then by rank,
+   * so that a ring crosses each host's link twice however the launcher
+   * placed the ranks.  ring_order[place] is a rank, ring_place[rank] its
+   * place (topology.c).
+   */
+  int *ring_order;
+  int *ring_place;
   int host_cores;        /* online cores of this host */
   size_t cold_bytes;     /* calls from this size bypass the caches */
   const char *cold_source; /* why that size (static text) */
@@ -280,10 +288,18 @@ int hoop__comm_peers_mappable(const struct hoop_comm *comm);
 void hoop__comm_learn_host(struct hoop_comm *comm);
 
 /*
- * Numbers the hosts (comm->host_index) once the peers are known, so that
+ * Numbers the hosts (comm->host_index) and orders the ring by them
+ * (comm->ring_order, ring_place) once the peers are known, so that
  * hoop_comm_rank_info only reads.
  */
 hoop_result_t hoop__comm_index_hosts(struct hoop_comm *comm);
+
+/* The rank `steps` places after `rank` along the ring (negative: before). */
+static inline int hoop__ring_peer(const struct hoop_comm *comm, int rank,
+                                  int steps) {
+  int n = comm->nranks;
+  return comm->ring_order[((comm->ring_place[rank] + steps) % n + n) % n];
+}
 
 /* Rank 0's one-line INFO banner for a new communicator (topology.c). */
 void hoop__comm_log_banner(const struct hoop_comm *comm);

@@ -489,17 +489,17 @@ static hoop_result_t prepare(struct hoop_plan *p) {
   /*
    * Every collective also crosses headers with both ring neighbours, even
    * when its algorithm does not use them: if the ranks' calls differ at
-   * all, some neighbours differ, so two ranks see it in this call and tell
-   * the rest, and no rank waits for a peer that is in another call.
-   * Send/recv is exempt: its peers differ by design.
+   * all, some neighbours along the ring differ, so two ranks see it in
+   * this call and tell the rest, and no rank waits for a peer that is in
+   * another call.  Send/recv is exempt: its peers differ by design.
    */
   struct hoop_comm *comm = p->comm;
   if (p->header.coll != HOOP_COLL_SENDRECV && comm->nranks > 1) {
     int link;
-    HOOP_CHECK(hoop__plan_link(p, (comm->rank + 1) % comm->nranks, 0, 1,
+    HOOP_CHECK(hoop__plan_link(p, hoop__ring_peer(comm, comm->rank, 1), 0, 1,
                                &link));
-    HOOP_CHECK(hoop__plan_link(
-        p, (comm->rank + comm->nranks - 1) % comm->nranks, 0, 0, &link));
+    HOOP_CHECK(hoop__plan_link(p, hoop__ring_peer(comm, comm->rank, -1), 0, 0,
+                               &link));
   }
   HOOP_CHECK(pair_links(p));
   HOOP_CHECK(connect_links(p));

@@ -27,15 +27,37 @@ static hoop_result_t check_rank(hoop_comm_t comm, const char *what,
 }
 
 /*
+ * The ring by host, then rank: a counting sort over the host indices
+ * (every rank computes the same order from the same table).
+ */
+static void order_ring(struct hoop_comm *comm, int hosts, int *first) {
+  int n = comm->nranks;
+  memset(first, 0, sizeof *first * (size_t)(hosts + 1));
+  for (int r = 0; r < n; r++)
+    first[comm->host_index[r] + 1]++;
+  for (int h = 0; h < hosts; h++)
+    first[h + 1] += first[h];
+  for (int r = 0; r < n; r++) {
+    int place = first[comm->host_index[r]]++;
+    comm->ring_order[place] = r;
+    comm->ring_place[r] = place;
+  }
+}
+
+/*
  * Hosts are numbered by their lowest rank, so every rank agrees.  Sorting
  * by host keeps it O(n log n) for large jobs.
  */
 hoop_result_t hoop__comm_index_hosts(struct hoop_comm *comm) {
   int n = comm->nranks;
   struct hoop_keyed *order = malloc(sizeof *order * (size_t)n);
-  int *lowest = malloc(sizeof *lowest * (size_t)n);
+  /* One more than the ranks: the ring's sort reuses it (order_ring). */
+  int *lowest = malloc(sizeof *lowest * ((size_t)n + 1));
   int *index = malloc(sizeof *index * (size_t)n);
-  if (order == NULL || lowest == NULL || index == NULL) {
+  comm->ring_order = malloc(sizeof *comm->ring_order * (size_t)n);
+  comm->ring_place = malloc(sizeof *comm->ring_place * (size_t)n);
+  if (order == NULL || lowest == NULL || index == NULL ||
+      comm->ring_order == NULL || comm->ring_place == NULL) {
     free(order);
     free(lowest);
     free(index);
@@ -49,11 +71,13 @@ hoop_result_t hoop__comm_index_hosts(struct hoop_comm *comm) {
         i > 0 && order[i].key == order[i - 1].key ? lowest[order[i - 1].id]
                                                   : order[i].id;
   /* A host's index counts the hosts whose lowest rank comes before. */
-  for (int r = 0, hosts = 0; r < n; r++)
+  int hosts = 0;
+  for (int r = 0; r < n; r++)
     index[r] = lowest[r] == r ? hosts++ : index[lowest[r]];
-  free(order);
-  free(lowest);
   comm->host_index = index;
+  free(order);
+  order_ring(comm, hosts, lowest);
+  free(lowest);
   return HOOP_SUCCESS;
 }
 

@@ -34,6 +34,7 @@ struct options {
   int64_t timeout_ms; /* 0 for none */
   const char *netns;  /* --netns PREFIX, or NULL */
   int per_host;       /* ranks in each namespace (--ranks-per-host) */
+  bool cyclic;        /* --cyclic: rank r on host r % hosts */
   char **argv;        /* the program and its arguments */
 };
 

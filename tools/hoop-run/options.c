@@ -40,6 +40,10 @@ static const char USAGE[] =
     "  --ranks-per-host K     with --netns: K consecutive ranks share each\n"
     "                         namespace (rank r in PREFIX-h<r/K>), as\n"
     "                         ranks on one host do (default 1)\n"
+    "  --cyclic               with --ranks-per-host: deal the ranks out\n"
+    "                         over the hosts in turn instead (rank r in\n"
+    "                         PREFIX-h<r % hosts>), as srun's cyclic\n"
+    "                         distribution and mpirun --map-by node do\n"
     "  -h, --help             show this help\n"
     "\n"
     "Each rank gets HOOP_RANK, HOOP_WORLD_SIZE, HOOP_LOCAL_RANK,\n"
@@ -110,7 +114,8 @@ enum {
   OPT_GRACE_MS,
   OPT_TIMEOUT,
   OPT_NETNS,
-  OPT_PER_HOST
+  OPT_PER_HOST,
+  OPT_CYCLIC
 };
 
 static const struct option LONG_OPTIONS[] = {
@@ -121,6 +126,7 @@ static const struct option LONG_OPTIONS[] = {
     {"timeout", required_argument, NULL, OPT_TIMEOUT},
     {"netns", required_argument, NULL, OPT_NETNS},
     {"ranks-per-host", required_argument, NULL, OPT_PER_HOST},
+    {"cyclic", no_argument, NULL, OPT_CYCLIC},
     {NULL, 0, NULL, 0},
 };
 
@@ -184,6 +190,9 @@ void parse_options(int argc, char **argv, struct options *opt)
                     MAX_RANKS, optarg);
       opt->per_host = (int)value;
       break;
+    case OPT_CYCLIC:
+      opt->cyclic = true;
+      break;
     default:
       bad_option(c, argv);
     }
@@ -193,6 +202,9 @@ void parse_options(int argc, char **argv, struct options *opt)
   if (opt->per_host > 1 && opt->netns == NULL)
     usage_error("--ranks-per-host needs --netns: without namespaces every "
                 "rank shares this host already");
+  if (opt->cyclic && opt->per_host == 1)
+    usage_error("--cyclic needs --ranks-per-host K above 1: with one rank "
+                "per host every placement is the same");
   if (optind >= argc)
     usage_error("missing the program to run");
   opt->argv = argv + optind;

@@ -202,6 +202,24 @@ void export_job_env(const struct job *job)
 }
 
 /*
+ * The emulated host of rank r, and its place there: K consecutive ranks
+ * per host, or with --cyclic the ranks dealt out over the hosts in turn.
+ */
+static int host_of(const struct options *o, int r)
+{
+  int hosts = (o->nranks + o->per_host - 1) / o->per_host;
+
+  return o->cyclic ? r % hosts : r / o->per_host;
+}
+
+static int local_rank_of(const struct options *o, int r)
+{
+  int hosts = (o->nranks + o->per_host - 1) / o->per_host;
+
+  return o->cyclic ? r / hosts : r % o->per_host;
+}
+
+/*
  * With --netns, opens every rank's namespace before any rank starts, so
  * that a missing one fails the job at once and by name.  The descriptors
  * are close-on-exec: only the child that joins one needs it.
@@ -214,7 +232,7 @@ void open_namespaces(struct job *job)
     return;
   for (int r = 0; r < job->opt->nranks; r++) {
     snprintf(path, sizeof path, "/var/run/netns/%s-h%d", job->opt->netns,
-             r / job->opt->per_host);
+             host_of(job->opt, r));
     job->ranks[r].netns_fd = open(path, O_RDONLY | O_CLOEXEC);
     if (job->ranks[r].netns_fd < 0)
       die(job,
@@ -265,7 +283,7 @@ static _Noreturn void exec_rank(const struct job *job, int rank, int out_fd,
     rank_setup_failed(rank, "dup2");
   if (setenv_long("HOOP_RANK", rank) != 0 ||
       setenv_long("HOOP_LOCAL_RANK", job->opt->netns != NULL
-                                         ? rank % job->opt->per_host
+                                         ? local_rank_of(job->opt, rank)
                                          : rank) != 0)
     rank_setup_failed(rank, "setenv");
   execvp(argv[0], argv);
