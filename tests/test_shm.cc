@@ -125,8 +125,7 @@ std::vector<int> connected_peers(hoop_comm_t comm) {
   return peers;
 }
 
-// HOOP_RUNTIME_CONNECT=1 (the default): a pair connects when a plan first
-// needs it, so
+// HOOP_RUNTIME_CONNECT=1: a pair connects when a plan first needs it, so
 // after init a rank holds no connection, after a ring all-reduce only its
 // two neighbours, and after an all-to-all every peer, with every result
 // right.  Over shm (6 ranks) and TCP (5).
@@ -170,8 +169,8 @@ TEST(FirstUse, RanksConnectOnlyThePeersTheirCallsUse) {
   }
 }
 
-// HOOP_RUNTIME_CONNECT=0: every peer connects at init, as before first use
-// became the default, and the calls run on those connections.
+// HOOP_RUNTIME_CONNECT=0 (the default): every peer connects at init, and
+// the calls run on those connections.
 TEST(FirstUse, EagerConnectsEveryPeerAtInit) {
   ScopedEnv eager("HOOP_RUNTIME_CONNECT", "0");
   for (const char *transport : {"shm", "tcp"}) {

@@ -334,12 +334,12 @@ hoop_result_t hoop__comm_create(struct hoop_comm **out, int nranks, int rank,
   hoop__comm_learn_host(comm);
   HOOP_CHECK_GOTO(hoop__comm_index_hosts(comm), res, out_free);
   /*
-   * By default a pair connects only when a plan first needs it (the
-   * engine, in one global order), so that a rank holds memory and
-   * descriptors for the peers it uses, not for every rank; a pair that no
-   * transport could ever join still fails here.  HOOP_RUNTIME_CONNECT=0
-   * connects every peer now (and the ring neighbours on every channel),
-   * so that a bad network fails here and not mid-job.
+   * By default every peer connects now (and the ring neighbours on every
+   * channel), so that a bad network fails here and not mid-job.  With
+   * HOOP_RUNTIME_CONNECT=1 a pair connects only when a plan first needs
+   * it (the engine, in the same global order), so that a rank holds
+   * memory and descriptors for the peers it uses, not for every rank; a
+   * pair that no transport could ever join still fails here.
    */
   for (int peer = 0; hoop__param_runtime_connect() && peer < nranks;
        peer++) {
