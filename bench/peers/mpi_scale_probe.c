@@ -1,0 +1,189 @@
+/*
+ * peer-mpi-scale-probe: bench/scale_probe.c over Open MPI, so that
+ * bench/scale.py can put MPI's set-up cost beside hoop's at each rank
+ * count.  Run it under mpirun:
+ *   mpirun -n 64 --mca btl self,vader peer-mpi-scale-probe [-l 64]
+ * Each rank prints one JSON line: the time of MPI_Init, of the first
+ * in-place 4 KiB float MPI_Allreduce (SUM), the median of 50 more, and,
+ * before MPI_Finalize, the rank's peak RSS and open descriptors.  -l MIB
+ * also times one all-reduce of MIB MiB.  Rank r contributes r + 1, so
+ * each element must be N(N+1)/2; a wrong element ends the rank with
+ * status 1.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <mpi.h>
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SMALL_COUNT 1024 /* 4 KiB of floats */
+#define REPEATS 50
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+static void fill(float *buf, size_t count, int rank)
+{
+	for (size_t i = 0; i < count; i++)
+		buf[i] = (float)(rank + 1);
+}
+
+/* Returns how many elements differ from N(N+1)/2, and reports the first. */
+static size_t count_wrong(const float *buf, size_t count, int rank,
+			  int nranks, const char *what)
+{
+	float want = (float)nranks * (float)(nranks + 1) / 2.0f;
+	size_t wrong = 0;
+
+	for (size_t i = 0; i < count; i++) {
+		if (buf[i] != want) {
+			if (wrong == 0)
+				fprintf(stderr,
+					"peer-mpi-scale-probe: rank %d: %s: element %zu is %g, not %g\n",
+					rank, what, i, (double)buf[i],
+					(double)want);
+			wrong++;
+		}
+	}
+	return wrong;
+}
+
+/* VmHWM from /proc/self/status, in KiB; -1 when it cannot be read. */
+static long peak_rss_kb(void)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+	long kb = -1;
+
+	if (f == NULL)
+		return -1;
+	while (fgets(line, sizeof line, f) != NULL)
+		if (sscanf(line, "VmHWM: %ld kB", &kb) == 1)
+			break;
+	fclose(f);
+	return kb;
+}
+
+/* Open descriptors, not counting the one that lists them; -1 on error. */
+static long open_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	long n = 0;
+	int self;
+
+	if (d == NULL)
+		return -1;
+	self = dirfd(d);
+	while ((e = readdir(d)) != NULL)
+		if (e->d_name[0] != '.' && atoi(e->d_name) != self)
+			n++;
+	closedir(d);
+	return n;
+}
+
+static double timed_allreduce(float *buf, size_t count, int rank)
+{
+	double t0 = now_s();
+	int err = MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT,
+				MPI_SUM, MPI_COMM_WORLD);
+	double t = now_s() - t0;
+
+	if (err != MPI_SUCCESS) {
+		char text[MPI_MAX_ERROR_STRING];
+		int len;
+
+		MPI_Error_string(err, text, &len);
+		fprintf(stderr, "peer-mpi-scale-probe: rank %d: MPI_Allreduce: %s\n",
+			rank, text);
+		MPI_Abort(MPI_COMM_WORLD, 1);
+	}
+	return t;
+}
+
+int main(int argc, char **argv)
+{
+	long large_mib = 0;
+	int opt, rank, nranks;
+	double t0, init_s, first_s, median_us, large_s = -1;
+	double calls[REPEATS];
+	float small[SMALL_COUNT];
+	size_t wrong = 0;
+	long rss_kb, fds;
+
+	t0 = now_s();
+	MPI_Init(&argc, &argv);
+	init_s = now_s() - t0;
+	/* Errors come back to timed_allreduce, which names the call. */
+	MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+	MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+	while ((opt = getopt(argc, argv, "l:")) != -1) {
+		char *end;
+
+		if (opt == 'l' && (large_mib = strtol(optarg, &end, 10)) > 0 &&
+		    *end == '\0')
+			continue;
+		fprintf(stderr, "usage: %s [-l MIB]\n", argv[0]);
+		MPI_Finalize();
+		return 2;
+	}
+
+	fill(small, SMALL_COUNT, rank);
+	first_s = timed_allreduce(small, SMALL_COUNT, rank);
+	wrong += count_wrong(small, SMALL_COUNT, rank, nranks, "first call");
+	for (int i = 0; i < REPEATS; i++) {
+		fill(small, SMALL_COUNT, rank);
+		calls[i] = timed_allreduce(small, SMALL_COUNT, rank);
+		wrong += count_wrong(small, SMALL_COUNT, rank, nranks,
+				     "repeated call");
+	}
+	qsort(calls, REPEATS, sizeof calls[0], cmp_double);
+	median_us = (calls[REPEATS / 2 - 1] + calls[REPEATS / 2]) / 2 * 1e6;
+
+	if (large_mib > 0) {
+		size_t count = (size_t)large_mib * 1024 * 1024 / sizeof(float);
+		float *large = malloc(count * sizeof(float));
+
+		if (large == NULL) {
+			fprintf(stderr,
+				"peer-mpi-scale-probe: rank %d: no memory for %ld MiB\n",
+				rank, large_mib);
+			MPI_Abort(MPI_COMM_WORLD, 1);
+		}
+		fill(large, count, rank);
+		large_s = timed_allreduce(large, count, rank);
+		wrong += count_wrong(large, count, rank, nranks, "large call");
+		free(large);
+	}
+
+	rss_kb = peak_rss_kb();
+	fds = open_fds();
+	printf("{\"impl\":\"mpi\",\"rank\":%d,\"nranks\":%d,\"pid\":%d,"
+	       "\"init_s\":%.6f,\"first_s\":%.6f,\"call_us_median\":%.2f,",
+	       rank, nranks, (int)getpid(), init_s, first_s, median_us);
+	if (large_mib > 0)
+		printf("\"large_mib\":%ld,\"large_s\":%.6f,", large_mib,
+		       large_s);
+	printf("\"rss_kb\":%ld,\"fds\":%ld,\"wrong\":%zu}\n", rss_kb, fds,
+	       wrong);
+	fflush(stdout);
+	MPI_Finalize();
+	return wrong == 0 ? 0 : 1;
+}

@@ -1,0 +1,193 @@
+/*
+ * hoop-scale-probe: what one rank pays to join a communicator and make its
+ * first calls, for bench/scale.py, which runs it at growing rank counts
+ * beside peers/mpi_scale_probe.c (the same probe over Open MPI).
+ *   hoop-run --no-prefix -n 64 hoop-scale-probe [-l 64]
+ * Each rank prints one JSON line: the time of hoop_comm_init_env, of the
+ * first in-place 4 KiB float all-reduce (with HOOP_RUNTIME_CONNECT=1 it
+ * makes the connections), the median of 50 more, and, before the
+ * communicator is destroyed, the algorithms those calls ran (auto's pick
+ * decides which peers a rank connects to), the rank's peak RSS and open
+ * descriptors.
+ * -l MIB also times one all-reduce of MIB MiB.  Every call's result is
+ * checked: rank r contributes r + 1, so each element must be N(N+1)/2,
+ * which a float holds exactly for the sums of integers this small.  A
+ * wrong element or a failed call ends the rank with status 1.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "hoop.h"
+
+#define SMALL_COUNT 1024 /* 4 KiB of floats */
+#define REPEATS 50
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static void fill(float *buf, size_t count, int rank) {
+  for (size_t i = 0; i < count; i++)
+    buf[i] = (float)(rank + 1);
+}
+
+/* Returns how many elements differ from N(N+1)/2, and reports the first. */
+static size_t count_wrong(const float *buf, size_t count, int rank,
+                          int nranks, const char *what) {
+  float want = (float)nranks * (float)(nranks + 1) / 2.0f;
+  size_t wrong = 0;
+  for (size_t i = 0; i < count; i++) {
+    if (buf[i] != want) {
+      if (wrong == 0)
+        fprintf(stderr,
+                "hoop-scale-probe: rank %d: %s: element %zu is %g, not %g\n",
+                rank, what, i, (double)buf[i], (double)want);
+      wrong++;
+    }
+  }
+  return wrong;
+}
+
+/* VmHWM from /proc/self/status, in KiB; -1 when it cannot be read. */
+static long peak_rss_kb(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  if (f == NULL)
+    return -1;
+  char line[256];
+  long kb = -1;
+  while (fgets(line, sizeof line, f) != NULL)
+    if (sscanf(line, "VmHWM: %ld kB", &kb) == 1)
+      break;
+  fclose(f);
+  return kb;
+}
+
+/* Open descriptors, not counting the one that lists them; -1 on error. */
+static long open_fds(void) {
+  DIR *d = opendir("/proc/self/fd");
+  if (d == NULL)
+    return -1;
+  long n = 0;
+  int self = dirfd(d);
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL)
+    if (e->d_name[0] != '.' && atoi(e->d_name) != self)
+      n++;
+  closedir(d);
+  return n;
+}
+
+static void fail(hoop_comm_t comm, const char *call, hoop_result_t res) {
+  fprintf(stderr, "hoop-scale-probe: %s: %s: %s\n", call,
+          hoop_result_name(res),
+          comm != NULL ? hoop_comm_last_error(comm) : hoop_last_error());
+  exit(1);
+}
+
+/* The algorithms the all-reduces ran, as "ps:51" or "ps:51,ring:1". */
+static void algos_run(hoop_comm_t comm, char *out, size_t len) {
+  hoop_stats_t st = HOOP_STATS_INIT;
+  hoop_result_t res = hoop_comm_get_stats(comm, &st);
+  if (res != HOOP_SUCCESS)
+    fail(comm, "hoop_comm_get_stats", res);
+  size_t used = 0;
+  out[0] = '\0';
+  for (int a = 0; a < HOOP_ALGO_COUNT; a++) {
+    uint64_t calls = st.by_coll[HOOP_COLL_ALLREDUCE][a].calls;
+    if (calls > 0 && used < len)
+      used += (size_t)snprintf(out + used, len - used, "%s%s:%llu",
+                               used ? "," : "", hoop_algo_name(a),
+                               (unsigned long long)calls);
+  }
+}
+
+static double timed_allreduce(hoop_comm_t comm, float *buf, size_t count) {
+  double t0 = now_s();
+  hoop_result_t res =
+      hoop_allreduce(comm, buf, buf, count, HOOP_F32, HOOP_SUM, NULL);
+  double t = now_s() - t0;
+  if (res != HOOP_SUCCESS)
+    fail(comm, "hoop_allreduce", res);
+  return t;
+}
+
+int main(int argc, char **argv) {
+  long large_mib = 0;
+  int opt;
+  while ((opt = getopt(argc, argv, "l:")) != -1) {
+    char *end;
+    if (opt == 'l' && (large_mib = strtol(optarg, &end, 10)) > 0 &&
+        *end == '\0')
+      continue;
+    fprintf(stderr, "usage: %s [-l MIB]\n", argv[0]);
+    return 2;
+  }
+
+  hoop_comm_t comm = NULL;
+  double t0 = now_s();
+  hoop_result_t res = hoop_comm_init_env(&comm, NULL);
+  double init_s = now_s() - t0;
+  if (res != HOOP_SUCCESS)
+    fail(NULL, "hoop_comm_init_env", res);
+  int rank, nranks;
+  if ((res = hoop_comm_rank(comm, &rank)) != HOOP_SUCCESS)
+    fail(comm, "hoop_comm_rank", res);
+  if ((res = hoop_comm_size(comm, &nranks)) != HOOP_SUCCESS)
+    fail(comm, "hoop_comm_size", res);
+
+  float small[SMALL_COUNT];
+  size_t wrong = 0;
+  fill(small, SMALL_COUNT, rank);
+  double first_s = timed_allreduce(comm, small, SMALL_COUNT);
+  wrong += count_wrong(small, SMALL_COUNT, rank, nranks, "first call");
+  double calls[REPEATS];
+  for (int i = 0; i < REPEATS; i++) {
+    fill(small, SMALL_COUNT, rank);
+    calls[i] = timed_allreduce(comm, small, SMALL_COUNT);
+    wrong += count_wrong(small, SMALL_COUNT, rank, nranks, "repeated call");
+  }
+  qsort(calls, REPEATS, sizeof calls[0], cmp_double);
+  double median_us = (calls[REPEATS / 2 - 1] + calls[REPEATS / 2]) / 2 * 1e6;
+
+  double large_s = -1;
+  if (large_mib > 0) {
+    size_t count = (size_t)large_mib * 1024 * 1024 / sizeof(float);
+    float *large = malloc(count * sizeof(float));
+    if (large == NULL) {
+      fprintf(stderr, "hoop-scale-probe: rank %d: no memory for %ld MiB\n",
+              rank, large_mib);
+      return 1;
+    }
+    fill(large, count, rank);
+    large_s = timed_allreduce(comm, large, count);
+    wrong += count_wrong(large, count, rank, nranks, "large call");
+    free(large);
+  }
+
+  char algos[128];
+  algos_run(comm, algos, sizeof algos);
+  long rss_kb = peak_rss_kb();
+  long fds = open_fds();
+  printf("{\"impl\":\"hoop\",\"rank\":%d,\"nranks\":%d,\"pid\":%d,"
+         "\"init_s\":%.6f,\"first_s\":%.6f,\"call_us_median\":%.2f,",
+         rank, nranks, (int)getpid(), init_s, first_s, median_us);
+  if (large_mib > 0)
+    printf("\"large_mib\":%ld,\"large_s\":%.6f,", large_mib, large_s);
+  printf("\"algos\":\"%s\",\"rss_kb\":%ld,\"fds\":%ld,\"wrong\":%zu}\n",
+         algos, rss_kb, fds, wrong);
+  fflush(stdout);
+  if ((res = hoop_comm_destroy(comm)) != HOOP_SUCCESS)
+    fail(NULL, "hoop_comm_destroy", res);
+  return wrong == 0 ? 0 : 1;
+}
