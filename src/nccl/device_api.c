@@ -97,27 +97,27 @@ static bool team_of(ncclComm_t comm, const char *what, ncclTeam_t *t) {
   return false;
 }
 
-NCCL_EXPORT ncclTeam_t pncclTeamWorld(ncclComm_t comm) {
+/* Every rank (world, rail), or this rank alone (LSA). */
+static ncclTeam_t answer_team(ncclComm_t comm, const char *what, bool alone) {
   ncclTeam_t t;
-  if (team_of(comm, "ncclTeamWorld", &t))
-    t = (ncclTeam_t){comm->nranks, comm->rank, 1};
+  if (team_of(comm, what, &t))
+    t = alone ? (ncclTeam_t){1, 0, 1}
+              : (ncclTeam_t){comm->nranks, comm->rank, 1};
   return t;
+}
+
+NCCL_EXPORT ncclTeam_t pncclTeamWorld(ncclComm_t comm) {
+  return answer_team(comm, "ncclTeamWorld", false);
 }
 NCCL_ALIAS(ncclTeamWorld);
 
 NCCL_EXPORT ncclTeam_t pncclTeamLsa(ncclComm_t comm) {
-  ncclTeam_t t;
-  if (team_of(comm, "ncclTeamLsa", &t))
-    t = (ncclTeam_t){1, 0, 1};
-  return t;
+  return answer_team(comm, "ncclTeamLsa", true);
 }
 NCCL_ALIAS(ncclTeamLsa);
 
 NCCL_EXPORT ncclTeam_t pncclTeamRail(ncclComm_t comm) {
-  ncclTeam_t t;
-  if (team_of(comm, "ncclTeamRail", &t))
-    t = (ncclTeam_t){comm->nranks, comm->rank, 1};
-  return t;
+  return answer_team(comm, "ncclTeamRail", false);
 }
 NCCL_ALIAS(ncclTeamRail);
 
