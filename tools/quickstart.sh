@@ -97,11 +97,11 @@ demo)
     -n 20 -w 5
   ;;
 test)
-  # Each libFuzzer target for 30 s rather than 60: CI's clean-root run came
-  # to 44 of its 45 minutes on 2 cores (2026-11-28), and the fuzzers ran
-  # at the end, nearly alone.  Longer runs: ctest in a build configured
+  # Each libFuzzer target for 20 s rather than 60: CI's clean-root run came
+  # to 45 of its 45 minutes on 2 cores (2026-11-28), and the eight fuzzers
+  # run at the end, nearly alone.  Longer runs: ctest in a build configured
   # with a larger HOOP_FUZZ_SECONDS.
-  configure_and_build -DHOOP_WERROR=ON -DHOOP_FUZZ_SECONDS=30
+  configure_and_build -DHOOP_WERROR=ON -DHOOP_FUZZ_SECONDS=20
   (cd "$build" && ctest --output-on-failure --timeout 900 -j 2)
   test_sanitized
   ;;
