@@ -14,89 +14,9 @@
 
 #include <mpi.h>
 
-#include <dirent.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <time.h>
-#include <unistd.h>
+#include "../scale_probe.h"
 
-#define SMALL_COUNT 1024 /* 4 KiB of floats */
-#define REPEATS 50
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
-static void fill(float *buf, size_t count, int rank)
-{
-	for (size_t i = 0; i < count; i++)
-		buf[i] = (float)(rank + 1);
-}
-
-/* Returns how many elements differ from N(N+1)/2, and reports the first. */
-static size_t count_wrong(const float *buf, size_t count, int rank,
-			  int nranks, const char *what)
-{
-	float want = (float)nranks * (float)(nranks + 1) / 2.0f;
-	size_t wrong = 0;
-
-	for (size_t i = 0; i < count; i++) {
-		if (buf[i] != want) {
-			if (wrong == 0)
-				fprintf(stderr,
-					"peer-mpi-scale-probe: rank %d: %s: element %zu is %g, not %g\n",
-					rank, what, i, (double)buf[i],
-					(double)want);
-			wrong++;
-		}
-	}
-	return wrong;
-}
-
-/* VmHWM from /proc/self/status, in KiB; -1 when it cannot be read. */
-static long peak_rss_kb(void)
-{
-	FILE *f = fopen("/proc/self/status", "r");
-	char line[256];
-	long kb = -1;
-
-	if (f == NULL)
-		return -1;
-	while (fgets(line, sizeof line, f) != NULL)
-		if (sscanf(line, "VmHWM: %ld kB", &kb) == 1)
-			break;
-	fclose(f);
-	return kb;
-}
-
-/* Open descriptors, not counting the one that lists them; -1 on error. */
-static long open_fds(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	struct dirent *e;
-	long n = 0;
-	int self;
-
-	if (d == NULL)
-		return -1;
-	self = dirfd(d);
-	while ((e = readdir(d)) != NULL)
-		if (e->d_name[0] != '.' && atoi(e->d_name) != self)
-			n++;
-	closedir(d);
-	return n;
-}
+#define PROG "peer-mpi-scale-probe"
 
 static double timed_allreduce(float *buf, size_t count, int rank)
 {
@@ -147,11 +67,11 @@ int main(int argc, char **argv)
 
 	fill(small, SMALL_COUNT, rank);
 	first_s = timed_allreduce(small, SMALL_COUNT, rank);
-	wrong += count_wrong(small, SMALL_COUNT, rank, nranks, "first call");
+	wrong += count_wrong(PROG, small, SMALL_COUNT, rank, nranks, "first call");
 	for (int i = 0; i < REPEATS; i++) {
 		fill(small, SMALL_COUNT, rank);
 		calls[i] = timed_allreduce(small, SMALL_COUNT, rank);
-		wrong += count_wrong(small, SMALL_COUNT, rank, nranks,
+		wrong += count_wrong(PROG, small, SMALL_COUNT, rank, nranks,
 				     "repeated call");
 	}
 	qsort(calls, REPEATS, sizeof calls[0], cmp_double);
@@ -169,7 +89,7 @@ int main(int argc, char **argv)
 		}
 		fill(large, count, rank);
 		large_s = timed_allreduce(large, count, rank);
-		wrong += count_wrong(large, count, rank, nranks, "large call");
+		wrong += count_wrong(PROG, large, count, rank, nranks, "large call");
 		free(large);
 	}
 

@@ -1,0 +1,84 @@
+/*
+ * What hoop-scale-probe (scale_probe.c) and peer-mpi-scale-probe
+ * (peers/mpi_scale_probe.c) share, so that bench/scale.py compares the
+ * libraries measured the same way: the calls' sizes, the clock, the
+ * inputs and their check, and what a rank reads of itself from /proc.
+ */
+#ifndef HOOP_BENCH_SCALE_PROBE_H
+#define HOOP_BENCH_SCALE_PROBE_H
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SMALL_COUNT 1024 /* 4 KiB of floats */
+#define REPEATS 50
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* Rank r contributes r + 1, so every element of the sum is N(N+1)/2. */
+static void fill(float *buf, size_t count, int rank) {
+  for (size_t i = 0; i < count; i++)
+    buf[i] = (float)(rank + 1);
+}
+
+/*
+ * Returns how many elements differ from N(N+1)/2, and reports the first
+ * as `prog`'s.
+ */
+static size_t count_wrong(const char *prog, const float *buf, size_t count,
+                          int rank, int nranks, const char *what) {
+  float want = (float)nranks * (float)(nranks + 1) / 2.0f;
+  size_t wrong = 0;
+  for (size_t i = 0; i < count; i++) {
+    if (buf[i] != want) {
+      if (wrong == 0)
+        fprintf(stderr, "%s: rank %d: %s: element %zu is %g, not %g\n", prog,
+                rank, what, i, (double)buf[i], (double)want);
+      wrong++;
+    }
+  }
+  return wrong;
+}
+
+/* VmHWM from /proc/self/status, in KiB; -1 when it cannot be read. */
+static long peak_rss_kb(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  if (f == NULL)
+    return -1;
+  char line[256];
+  long kb = -1;
+  while (fgets(line, sizeof line, f) != NULL)
+    if (sscanf(line, "VmHWM: %ld kB", &kb) == 1)
+      break;
+  fclose(f);
+  return kb;
+}
+
+/* Open descriptors, not counting the one that lists them; -1 on error. */
+static long open_fds(void) {
+  DIR *d = opendir("/proc/self/fd");
+  if (d == NULL)
+    return -1;
+  long n = 0;
+  int self = dirfd(d);
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL)
+    if (e->d_name[0] != '.' && atoi(e->d_name) != self)
+      n++;
+  closedir(d);
+  return n;
+}
+
+#endif /* HOOP_BENCH_SCALE_PROBE_H */
