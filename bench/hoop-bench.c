@@ -21,7 +21,8 @@
  * counters).  -B 1 appends them after the 13 nccl-tests columns: rank 0's
  * bytes sent and received, the most any rank sent and received (the
  * busiest link, each direction), the cost model's bytes each way on the
- * busiest link for the algorithm that ran, and that algorithm.  It is off
+ * busiest link for the algorithm that ran, that algorithm, and the bytes
+ * all ranks together sent to ranks on other hosts.  It is off
  * by default because scripts that parse the rows expect 13 columns.  -J
  * writes every measured row as JSON lines, traffic included.
  *
@@ -69,6 +70,7 @@ struct options {
 struct traffic {
   uint64_t sent, received;         /* this rank's */
   uint64_t max_sent, max_received; /* the most over ranks */
+  uint64_t off_host;               /* sent to other hosts, all ranks' */
   hoop_algo_t algo;                /* the algorithm the call used */
 };
 
@@ -385,6 +387,9 @@ static void counted_call(struct ctx *c, const struct bench_call *call,
   CHECK(c, hoop_allreduce(c->comm, most, most, 2, HOOP_U64, HOOP_MAX, NULL));
   tr->max_sent = most[0];
   tr->max_received = most[1];
+  tr->off_host = st.bytes_sent_off_host;
+  CHECK(c, hoop_allreduce(c->comm, &tr->off_host, &tr->off_host, 1, HOOP_U64,
+                          HOOP_SUM, NULL));
 }
 
 /* The rank whose result HOOP_BENCH_CORRUPT spoils: the last that has one. */
@@ -580,20 +585,21 @@ static void print_header(const struct ctx *c) {
   if (c->opt.traffic)
     printf("# bytes: payload of one out-of-place call: rank 0's sent and "
            "received, the most any rank sent and received, and the model's "
-           "bytes each way on the busiest link for the algorithm used\n");
+           "bytes each way on the busiest link for the algorithm used, "
+           "and all ranks' bytes sent to other hosts\n");
   printf("#%62s%30s\n", "out-of-place", "in-place");
   printf("# %10s %12s %8s %6s %6s %9s %7s %7s %6s %9s %7s %7s %6s", "size",
          "count", "type", "redop", "root", "time", "algbw", "busbw",
          "#wrong", "time", "algbw", "busbw", "#wrong");
   if (c->opt.traffic)
-    printf(" %11s %11s %11s %11s %11s %5s", "sent", "recvd", "maxsent",
-           "maxrecvd", "model", "algo");
+    printf(" %11s %11s %11s %11s %11s %5s %11s", "sent", "recvd", "maxsent",
+           "maxrecvd", "model", "algo", "offhost");
   printf("\n# %10s %12s %8s %6s %6s %9s %7s %7s %6s %9s %7s %7s %6s", "(B)",
          "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)",
          "(GB/s)", "(GB/s)", "");
   if (c->opt.traffic)
-    printf(" %11s %11s %11s %11s %11s %5s", "(B)", "(B)", "(B)", "(B)",
-           "(B)", "");
+    printf(" %11s %11s %11s %11s %11s %5s %11s", "(B)", "(B)", "(B)", "(B)",
+           "(B)", "", "(B)");
   printf("\n");
 }
 
@@ -623,11 +629,11 @@ static void print_row(const struct ctx *c, const struct bench_layout *l,
       printf(" %6lld", p[ip].wrong);
   }
   if (c->opt.traffic)
-    printf(" %11llu %11llu %11llu %11llu %11.0f %5s",
+    printf(" %11llu %11llu %11llu %11llu %11.0f %5s %11llu",
            (unsigned long long)tr->sent, (unsigned long long)tr->received,
            (unsigned long long)tr->max_sent,
            (unsigned long long)tr->max_received, model,
-           hoop_algo_name(tr->algo));
+           hoop_algo_name(tr->algo), (unsigned long long)tr->off_host);
   printf("\n");
   fflush(stdout);
 }
@@ -662,11 +668,12 @@ static void write_json(const struct ctx *c, const struct bench_layout *l,
       fprintf(c->json, "\"wrong\":%lld,", p[ip].wrong);
     fprintf(c->json,
             "\"sent_B\":%llu,\"recv_B\":%llu,\"max_sent_B\":%llu,"
-            "\"max_recv_B\":%llu,\"model_link_B\":%.0f,\"algo\":\"%s\"}\n",
+            "\"max_recv_B\":%llu,\"model_link_B\":%.0f,\"algo\":\"%s\","
+            "\"off_host_B\":%llu}\n",
             (unsigned long long)tr->sent, (unsigned long long)tr->received,
             (unsigned long long)tr->max_sent,
             (unsigned long long)tr->max_received, model,
-            hoop_algo_name(tr->algo));
+            hoop_algo_name(tr->algo), (unsigned long long)tr->off_host);
   }
   fflush(c->json);
 }

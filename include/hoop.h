@@ -484,17 +484,26 @@ typedef struct hoop_coll_stats {
   uint64_t bytes_received;
 } hoop_coll_stats_t;
 
-#define HOOP_STATS_VERSION 1
+#define HOOP_STATS_VERSION 2
 typedef struct hoop_stats {
   size_t size;
   unsigned int version;
   uint64_t bytes_sent;     /* to all peers */
   uint64_t bytes_received; /* from all peers */
   hoop_coll_stats_t by_coll[HOOP_COLL_COUNT][HOOP_ALGO_COUNT];
+  /* Version 2.  Of bytes_sent and bytes_received, those to and from ranks
+     on other hosts (hoop_rank_info_t's host; emulated hosts count apart). */
+  uint64_t bytes_sent_off_host;
+  uint64_t bytes_received_off_host;
+  /* Peers this rank has a connection with now: every peer once init has
+     connected them all (HOOP_RUNTIME_CONNECT=0), else those its calls have
+     used so far.  Not a counter: hoop_comm_reset_stats leaves it. */
+  uint64_t peers_connected;
 } hoop_stats_t;
 
 #define HOOP_STATS_INIT \
-  {sizeof(hoop_stats_t), HOOP_STATS_VERSION, 0, 0, {{{0, 0, 0, 0, 0}}}}
+  {sizeof(hoop_stats_t), HOOP_STATS_VERSION, 0, 0, {{{0, 0, 0, 0, 0}}}, \
+   0, 0, 0}
 
 HOOP_API hoop_result_t hoop_comm_get_stats(hoop_comm_t comm,
                                            hoop_stats_t *stats);

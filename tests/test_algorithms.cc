@@ -555,7 +555,21 @@ INSTANTIATE_TEST_SUITE_P(Ranks, Barrier, ::testing::Values(1, 2, 3, 5, 8),
 // peer it exchanged with disagrees (also for ranks that in their own view
 // only send, such as a broadcast root or a reduce leaf), else at its next
 // call.
+void mismatch_run(const Param &p, bool broadcast_roots);
+
+// Both ways of connecting: at init every pair is connected and the
+// headers show the difference; connecting on first use, ranks whose calls
+// differ may each wait to connect with a peer that plans other
+// connections, and the rank that asks such a peer finds the difference.
 void mismatch_case(const Param &p, bool broadcast_roots) {
+  for (const char *connect : {"0", "1"}) {
+    SCOPED_TRACE(std::string("HOOP_RUNTIME_CONNECT=") + connect);
+    ScopedEnv mode("HOOP_RUNTIME_CONNECT", connect);
+    mismatch_run(p, broadcast_roots);
+  }
+}
+
+void mismatch_run(const Param &p, bool broadcast_roots) {
   RunOptions opt;
   opt.comm_timeout_ms = 20000;
   hoop_algo_t algo = p.algo;

@@ -88,7 +88,8 @@ TEST_P(BenchColl, RowsFollowNcclTestsAndMatchTheJson) {
   ASSERT_EQ(rows.size(), 3u) << out.text;  // 1K, 8K, 64K
   size_t elems = 256;
   for (const Fields &f : rows) {
-    ASSERT_EQ(f.size(), 19u) << out.text;
+    ASSERT_EQ(f.size(), 20u) << out.text;
+    EXPECT_EQ(f[19], "0") << "one host: no byte leaves it\n" << out.text;
     // nccl-tests: whole multiples of N elements; count is per rank.
     size_t per = c.per_rank_count ? elems / n : elems;
     size_t bytes = c.per_rank_count ? per * n * 4 : elems * 4;
@@ -186,7 +187,7 @@ TEST_P(BenchTreeModel, ColumnMatchesTheCounters) {
   std::vector<Fields> rows = hooptest::bench_rows(out.text);
   ASSERT_EQ(rows.size(), 1u) << out.text;
   const Fields &f = rows[0];
-  ASSERT_EQ(f.size(), 19u) << out.text;
+  ASSERT_EQ(f.size(), 20u) << out.text;
   double most = std::max(std::stod(f[15]), std::stod(f[16]));
   EXPECT_EQ(most, std::stod(f[17])) << out.text;
   EXPECT_EQ(most, (GetParam() <= 4 ? 1.5 : 2.0) * 65536) << out.text;
@@ -326,7 +327,7 @@ TEST(Bench, HoopAlgoChoosesUnlessDashAIsGiven) {
     std::vector<Fields> rows = hooptest::bench_rows(out.text);
     ASSERT_EQ(rows.size(), 3u) << out.text;
     for (const Fields &f : rows) {
-      ASSERT_EQ(f.size(), 19u) << out.text;
+      ASSERT_EQ(f.size(), 20u) << out.text;
       EXPECT_EQ(f[18], c.ran) << c.env << " " << c.flag << ": " << out.text;
       EXPECT_EQ(f[8], "0") << out.text;
       EXPECT_EQ(f[12], "0") << out.text;

@@ -192,12 +192,29 @@ int CheckedBenchRows(const std::string &text) {
   std::vector<std::vector<std::string>> rows =
       hooptest::bench_rows(text, "[0] ");
   for (const std::vector<std::string> &f : rows) {
-    EXPECT_EQ(f.size(), 13u) << text;
-    if (f.size() != 13u) continue;
+    EXPECT_TRUE(f.size() == 13u || f.size() == 20u) << text;  // -B 1: 20
+    if (f.size() != 13u && f.size() != 20u) continue;
     EXPECT_EQ(f[8], "0") << "out-of-place #wrong: " << f[0];
     EXPECT_EQ(f[12], "0") << "in-place #wrong: " << f[0];
   }
   return (int)rows.size();
+}
+
+// Four ranks on two hosts: a ring all-reduce of K bytes that follows the
+// hosts crosses between them on two of its four edges, each carrying
+// 2(N-1)K/N = 1.5K, so 3K leave the hosts whatever the placement (a ring in
+// rank order over 0,2 | 1,3 would cross on all four: 6K).  Rows with -B 1
+// that ran the ring are checked (callers pass -B 1 to all-reduces only); the
+// count is returned.
+int CheckRingOffHostBytes(const std::string &text) {
+  int ring_rows = 0;
+  for (const std::vector<std::string> &f : hooptest::bench_rows(text, "[0] ")) {
+    if (f.size() != 20u || f[18] != "ring")
+      continue;
+    ring_rows++;
+    EXPECT_EQ(std::stoull(f[19]), 3 * std::stoull(f[0])) << text;
+  }
+  return ring_rows;
 }
 
 TEST_F(Netsim, HoopBenchAcrossEmulatedHostsIsCorrect) {
@@ -231,12 +248,13 @@ TEST_F(Netsim, MixedHostsUseShmInsideAndTcpBetween) {
   std::string benches = "true";
   for (const char *algo : {"ring", "tree", "ps"})
     benches += std::string(" && ") + run + HOOP_BENCH_PATH +
-               " -b 1K -e 1M -f 32 -n 2 -w 1 -c 1 -a " + algo;
+               " -b 1K -e 1M -f 32 -n 2 -w 1 -c 1 -B 1 -a " + algo;
   Output out = run_shell(kNetsim + " run 2 1gbit -- sh -c '" + benches + "'");
   ASSERT_EQ(out.status, 0) << out.text;
   EXPECT_TRUE(HoopsimNamespaces().empty());
   // 1K, 32K and 1M for each algorithm.
   EXPECT_EQ(CheckedBenchRows(out.text), 3 * 3) << out.text;
+  EXPECT_EQ(CheckRingOffHostBytes(out.text), 3) << out.text;
 }
 
 // Ranks dealt out over the hosts in turn (hoop-run --cyclic, as srun's
@@ -253,12 +271,14 @@ TEST_F(Netsim, CyclicPlacementKeepsEveryAlgorithmRight) {
   std::string benches = "true";
   for (const char *call : calls)
     benches += std::string(" && ") + run + HOOP_BENCH_PATH +
-               " -b 1K -e 1M -f 32 -n 2 -w 1 -c 1 " + call;
+               " -b 1K -e 1M -f 32 -n 2 -w 1 -c 1 " +
+               (std::string(call) == "-a ring" ? "-B 1 " : "") + call;
   Output out = run_shell(kNetsim + " run 2 1gbit -- sh -c '" + benches + "'");
   ASSERT_EQ(out.status, 0) << out.text;
   EXPECT_TRUE(HoopsimNamespaces().empty());
   // 1K, 32K and 1M for each call.
   EXPECT_EQ(CheckedBenchRows(out.text), 7 * 3) << out.text;
+  EXPECT_EQ(CheckRingOffHostBytes(out.text), 3) << out.text;
 }
 
 }  // namespace

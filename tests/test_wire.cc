@@ -218,7 +218,18 @@ TEST(Wire, WhereaboutsStateRanksAndCallAreBounded) {
        {"direction 2", [](hoop_whereabouts &w) { w.wait_send = 2; }},
        {"negative wait", [](hoop_whereabouts &w) { w.wait_ms = -1; }},
        {"call without its end",
-        [](hoop_whereabouts &w) { memset(w.call, 'c', sizeof w.call); }}});
+        [](hoop_whereabouts &w) { memset(w.call, 'c', sizeof w.call); }},
+       {"in_plan 2", [](hoop_whereabouts &w) { w.in_plan = 2; }},
+       {"a plan without a header", [](hoop_whereabouts &w) { w.in_plan = 1; }}});
+  hoop_whereabouts planned = good;
+  planned.in_plan = 1;
+  planned.plan.magic = HOOP_WIRE_MAGIC;
+  planned.plan.version = HOOP_WIRE_VERSION;
+  planned.plan.coll = HOOP_COLL_BROADCAST;
+  planned.plan.nchannels = 1;
+  EXPECT_TRUE(whereabouts_ok(planned));
+  planned.plan.algo = HOOP_ALGO_COUNT;
+  EXPECT_FALSE(whereabouts_ok(planned));
   hoop_whereabouts shown = good, out;
   shown.call[0] = '\n';
   char why[200];

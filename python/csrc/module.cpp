@@ -67,6 +67,9 @@ py::dict stats(const HoopBackend& backend) {
   py::dict out;
   out["bytes_sent"] = s.bytes_sent;
   out["bytes_received"] = s.bytes_received;
+  out["bytes_sent_off_host"] = s.bytes_sent_off_host;
+  out["bytes_received_off_host"] = s.bytes_received_off_host;
+  out["peers_connected"] = s.peers_connected;
   out["calls"] = calls;
   return out;
 }

@@ -25,6 +25,7 @@
 struct hoop_conn;
 struct hoop_plan;
 struct hoop_plan_cache;
+struct hoop_wire_header;
 
 /* An accepted data socket whose owner has not asked for it yet. */
 struct hoop_pending_sock {
@@ -124,6 +125,12 @@ struct hoop_comm {
   int wait_for;
   int wait_send; /* 1: waits to send to wait_for, 0: for its data */
   long long wait_since_ms;
+  /*
+   * The header of the plan the call runs (NULL outside one), set by the
+   * engine: what a peer waiting to connect with this rank compares with
+   * its own call.
+   */
+  const struct hoop_wire_header *plan_header;
 
   void *scratch; /* per-channel outboxes of the pipelined schedules */
   size_t scratch_bytes;
@@ -241,6 +248,20 @@ void hoop__comm_answer_query(struct hoop_comm *comm, int fd);
  */
 void hoop__comm_report_stall(struct hoop_comm *comm);
 
+/*
+ * For a rank that has waited a while to connect with `peer` while running
+ * a collective's plan: asks the peer where it is, and fails with
+ * HOOP_ERR_MISMATCH, naming both calls, when the peer is in the same call
+ * with different arguments, or past it (it finished the call without the
+ * connection that this rank's plan needs).  Ranks whose calls differ plan
+ * different connections, and each may wait for a peer that is connecting
+ * elsewhere, in a cycle that only the timeout would end; the header check
+ * on the links (engine.c) catches only ranks that are connected.  Anything
+ * else (no answer, the peer behind, send/recv, no plan) is HOOP_SUCCESS:
+ * the wait goes on, bounded by the timeout.
+ */
+hoop_result_t hoop__comm_check_agreement(struct hoop_comm *comm, int peer);
+
 /* ---- elsewhere in core -------------------------------------------------- */
 
 /* Adds what a finished plan moved, and its time, to the counters. */
@@ -252,6 +273,9 @@ void hoop__stats_count(struct hoop_comm *comm, const struct hoop_plan *plan,
 void hoop__stats_count_peers(struct hoop_comm *comm, hoop_coll_t label,
                              hoop_algo_t algo, long long ns,
                              const uint64_t *sent, const uint64_t *received);
+
+/* Counts a peer that this rank has just made its first connection with. */
+void hoop__stats_connected(struct hoop_comm *comm);
 
 /* Scratch of at least `bytes`, reused across calls. */
 hoop_result_t hoop__comm_scratch(struct hoop_comm *comm, size_t bytes,

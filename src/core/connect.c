@@ -45,14 +45,48 @@ static bool aborted(const struct hoop_comm *comm) {
 }
 
 /*
+ * When a wait for a peer's side of a connection asks that peer whether its
+ * call agrees (hoop__comm_check_agreement): first after AGREE_FIRST_MS,
+ * then at twice the interval each time up to AGREE_MOST_MS, so that a peer
+ * busy outside hoop for minutes is asked a few dozen times, not thousands.
+ */
+#define AGREE_FIRST_MS 200
+#define AGREE_MOST_MS 5000
+
+struct agreement_watch {
+  int peer; /* -1: nobody to ask (the rendezvous) */
+  long long next_ms;
+  int every_ms;
+};
+
+static struct agreement_watch watch_peer(int peer) {
+  return (struct agreement_watch){peer, hoop__now_ms() + AGREE_FIRST_MS,
+                                  AGREE_FIRST_MS};
+}
+
+static hoop_result_t check_watch(struct hoop_comm *comm,
+                                 struct agreement_watch *w) {
+  long long now = hoop__now_ms();
+  if (w->peer < 0 || now < w->next_ms)
+    return HOOP_SUCCESS;
+  w->every_ms = w->every_ms * 2 < AGREE_MOST_MS ? w->every_ms * 2
+                                                : AGREE_MOST_MS;
+  w->next_ms = now + w->every_ms;
+  return hoop__comm_check_agreement(comm, w->peer);
+}
+
+/*
  * Waits until fd has something to read, serving this rank's listener
  * meanwhile: a peer that never answers (it is in another call, or failed)
  * must not hold this rank for the whole timeout when some rank has already
  * reported the failure, and dials that come in the meantime are kept.
+ * `peer` is the rank on the other end, asked now and then whether its call
+ * agrees (-1: none to ask).
  */
-static hoop_result_t await_readable(struct hoop_comm *comm, int fd,
+static hoop_result_t await_readable(struct hoop_comm *comm, int fd, int peer,
                                     long long deadline, const char *desc,
                                     const char *what) {
+  struct agreement_watch watch = watch_peer(peer);
   struct pollfd *fds =
       malloc(sizeof *fds * (2 + (size_t)comm->listener.max_unproven));
   if (fds == NULL)
@@ -73,6 +107,9 @@ static hoop_result_t await_readable(struct hoop_comm *comm, int fd,
                        comm->timeout_ms, desc, what);
       break;
     }
+    res = check_watch(comm, &watch);
+    if (res != HOOP_SUCCESS)
+      break;
     fds[0] = (struct pollfd){.fd = fd, .events = POLLIN};
     int n = 1 + hoop__listener_pollfds(&comm->listener, fds + 1);
     if (poll(fds, (nfds_t)n,
@@ -124,10 +161,12 @@ static hoop_result_t dial_once(struct hoop_comm *comm,
   if (res == HOOP_SUCCESS)
     res = hoop__sock_send_all(comm, fd, &hs, sizeof hs, deadline, desc);
   if (res == HOOP_SUCCESS)
-    res = await_readable(comm, fd, deadline, desc, "its challenge");
+    res = await_readable(comm, fd, channel >= 0 ? to : -1, deadline, desc,
+                         "its challenge");
   if (res == HOOP_SUCCESS)
     res = hoop__sock_recv_all(comm, fd, &ch, sizeof ch, deadline, desc);
-  *again = res == HOOP_ERR_REMOTE;
+  /* A notice that came meanwhile is the error, not a reason to dial on. */
+  *again = res == HOOP_ERR_REMOTE && !comm->notice_received;
   if (res == HOOP_SUCCESS && !hoop__auth_check_challenge(&comm->auth_key,
                                                          &hs, &ch))
     res = HOOP_ERROR(comm, HOOP_ERR_MISMATCH,
@@ -180,7 +219,8 @@ static hoop_result_t dial(struct hoop_comm *comm, int peer, int channel,
   HOOP_CHECK(hoop__comm_dial(comm, &comm->peers[peer].addr, peer, channel,
                              deadline, desc, &fd));
   int32_t status = HOOP_ERR_INTERNAL;
-  hoop_result_t res = await_readable(comm, fd, deadline, desc, "its answer");
+  hoop_result_t res =
+      await_readable(comm, fd, peer, deadline, desc, "its answer");
   if (res == HOOP_SUCCESS)
     res = hoop__sock_recv_all(comm, fd, &status, sizeof status, deadline,
                               desc);
@@ -263,11 +303,16 @@ static hoop_result_t take_one(struct hoop_comm *comm, int wait_ms) {
     hoop__comm_answer_query(comm, p.fd);
     return HOOP_SUCCESS;
   }
-  /* A proven rank dials only the higher ranks; anything else is a bug. */
-  int32_t status = p.hs.from < comm->rank ? HOOP_SUCCESS : HOOP_ERR_MISMATCH;
-  hoop__sock_send_all(comm, p.fd, &status, sizeof status,
-                      hoop__now_ms() + 1000, "a connecting rank");
-  if (status != HOOP_SUCCESS) {
+  /*
+   * A proven rank dials only the higher ranks; anything else is a bug.  A
+   * good dial is answered only when this rank takes it (accept_from), so
+   * that the dialler waits where it can ask whether this rank's call
+   * agrees with its own, rather than in its transport's set-up.
+   */
+  if (p.hs.from >= comm->rank) {
+    int32_t status = HOOP_ERR_MISMATCH;
+    hoop__sock_send_all(comm, p.fd, &status, sizeof status,
+                        hoop__now_ms() + 1000, "a connecting rank");
     HOOP_WARN("rank %d: refused a data connection from rank %d, which "
               "should have waited for this rank to dial",
               comm->rank, p.hs.from);
@@ -290,6 +335,7 @@ static hoop_result_t accept_from(struct hoop_comm *comm, int peer,
                                  int channel, long long deadline, int *out) {
   char desc[128];
   hoop__peer_desc(comm, peer, desc, sizeof desc);
+  struct agreement_watch watch = watch_peer(peer);
   while (!take_pending(comm, peer, channel, out)) {
     long long left = deadline - hoop__now_ms();
     if (aborted(comm))
@@ -297,10 +343,16 @@ static hoop_result_t accept_from(struct hoop_comm *comm, int peer,
     if (left <= 0)
       return HOOP_ERROR(comm, HOOP_ERR_TIMEOUT,
                         "timed out waiting for a connection from %s", desc);
+    HOOP_CHECK(check_watch(comm, &watch));
     HOOP_CHECK(take_one(comm, left > ABORT_POLL_MS ? ABORT_POLL_MS
                                                   : (int)left));
   }
-  return HOOP_SUCCESS;
+  int32_t status = HOOP_SUCCESS;
+  hoop_result_t res = hoop__sock_send_all(comm, *out, &status, sizeof status,
+                                          deadline, desc);
+  if (res != HOOP_SUCCESS)
+    hoop__sock_close(out);
+  return res;
 }
 
 hoop_result_t hoop__comm_check_notices(struct hoop_comm *comm, int wait_ms) {
@@ -441,6 +493,11 @@ hoop_result_t hoop__comm_conn(struct hoop_comm *comm, int peer, int channel,
         &comm->peers[comm->rank], &comm->peers[peer], &setup, slot);
     if (res != HOOP_SUCCESS)
       return hoop__error_attach(comm, res);
+    bool first = true;
+    for (int c = 0; c < comm->nsocks && first; c++)
+      first = c == channel || comm->conns[peer * comm->nsocks + c] == NULL;
+    if (first)
+      hoop__stats_connected(comm);
   }
   *conn = *slot;
   return HOOP_SUCCESS;

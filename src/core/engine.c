@@ -145,12 +145,7 @@ static hoop_result_t check_header(const struct hoop_plan *p,
                       "stream from %s is out of step: %s",
                       l->conn->peer_desc, why);
   const struct hoop_wire_header *mine = &l->header;
-  if (got.coll == mine->coll && got.dtype == mine->dtype &&
-      got.op == mine->op && got.seq == mine->seq &&
-      got.count == mine->count && got.root == mine->root &&
-      got.algo == mine->algo && got.slice_bytes == mine->slice_bytes &&
-      got.nchannels == mine->nchannels && got.depth == mine->depth &&
-      got.link_bytes == mine->link_bytes &&
+  if (hoop__wire_same_call(&got, mine) && got.link_bytes == mine->link_bytes &&
       got.back_bytes == mine->back_bytes)
     return HOOP_SUCCESS;
   char a[240], b[240];
@@ -559,10 +554,13 @@ static void start(struct hoop_plan *p) {
   }
 }
 
-hoop_result_t hoop__engine_run(struct hoop_plan *p) {
+static hoop_result_t run(struct hoop_plan *p) {
   struct hoop_comm *comm = p->comm;
   if (!p->prepared) {
-    HOOP_CHECK(prepare(p));
+    /* A peer that closes a connection being made has usually failed. */
+    hoop_result_t res = prepare(p);
+    if (res != HOOP_SUCCESS)
+      return prefer_notice(comm, res);
     p->prepared = 1;
   }
   start(p);
@@ -628,4 +626,11 @@ hoop_result_t hoop__engine_run(struct hoop_plan *p) {
       return HOOP_ERROR(comm, HOOP_ERR_INTERNAL,
                         "plan stalled with nothing to wait for");
   }
+}
+
+hoop_result_t hoop__engine_run(struct hoop_plan *p) {
+  __atomic_store_n(&p->comm->plan_header, &p->header, __ATOMIC_RELAXED);
+  hoop_result_t res = run(p);
+  __atomic_store_n(&p->comm->plan_header, NULL, __ATOMIC_RELAXED);
+  return res;
 }

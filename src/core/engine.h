@@ -30,41 +30,11 @@
 #include <stdint.h>
 
 #include "hoop.h"
+#include "core/wire.h"
 
 struct hoop_comm;
 struct hoop_conn;
 
-/*
- * The first bytes of every collective on every link.  The receiver checks
- * it against its own call, so ranks that disagree fail loudly instead of
- * mixing up data.
- */
-struct hoop_wire_header {
-  uint32_t magic;
-  uint8_t version;
-  uint8_t coll;
-  uint8_t dtype;
-  uint8_t op;
-  uint64_t seq;
-  uint64_t count;
-  uint32_t slice_bytes;
-  int32_t root;
-  int32_t sender;
-  uint32_t depth;
-  uint16_t nchannels;
-  uint8_t algo;
-  uint8_t reserved[5];
-  /*
-   * What the sender puts on this link and expects on the way back, in
-   * bytes (send/recv: a hash of the message sizes).  Every connection a
-   * call uses carries a header each way, so a rank that only sends still
-   * hears from its peer, and both ends check both directions.
-   */
-  uint64_t link_bytes;
-  uint64_t back_bytes;
-};
-static_assert(sizeof(struct hoop_wire_header) == 64,
-               "the wire header keeps data 64-byte aligned in staging");
 
 /* "allreduce #7 (count 100, float, sum, ...)", for messages. */
 void hoop__describe_call(const struct hoop_wire_header *h, char *buf,

@@ -24,6 +24,7 @@
 
 #include "core/auth.h"
 #include "core/comm.h"
+#include "core/engine.h"
 #include "core/error.h"
 
 void hoop__comm_waiting(struct hoop_comm *comm, int peer, int send,
@@ -50,6 +51,14 @@ void hoop__comm_answer_query(struct hoop_comm *comm, int fd) {
     w.wait_ms = 0;
   const char *call = __atomic_load_n(&comm->call, __ATOMIC_RELAXED);
   snprintf(w.call, sizeof w.call, "%s", call != NULL ? call : "");
+  const struct hoop_wire_header *plan =
+      __atomic_load_n(&comm->plan_header, __ATOMIC_RELAXED);
+  if (plan != NULL) {
+    w.in_plan = 1;
+    w.plan = *plan;
+    w.plan.link_bytes = 0;
+    w.plan.back_bytes = 0;
+  }
   /* A fresh socket's buffer takes it whole; a peer gone is no matter. */
   (void)send(fd, &w, sizeof w, MSG_DONTWAIT | MSG_NOSIGNAL);
   close(fd);
@@ -181,33 +190,35 @@ static bool asking(const struct asked *a) {
 }
 
 /*
- * Asks every peer at once until all have answered or answer_ms passed;
- * false when a notice came meanwhile (it is the error now).
+ * Asks ranks lo..hi (this one left out) at once, asked[p - lo] being rank
+ * p's, until all have answered or wait_ms passed; false when a notice
+ * came meanwhile (it is the error now).
  */
-static bool ask_all(struct hoop_comm *comm, struct asked *asked) {
-  int n = comm->nranks;
+static bool ask(struct hoop_comm *comm, int lo, int hi, struct asked *asked,
+                int wait_ms) {
+  size_t n = (size_t)(hi - lo + 1);
   struct pollfd *fds =
-      malloc(sizeof *fds * ((size_t)n + 1 + (size_t)comm->listener.max_unproven));
-  int *who = malloc(sizeof *who * (size_t)n);
+      malloc(sizeof *fds * (n + 1 + (size_t)comm->listener.max_unproven));
+  int *who = malloc(sizeof *who * n);
   if (fds == NULL || who == NULL) {
     free(fds);
     free(who);
     return true;
   }
-  for (int p = 0; p < n; p++) {
+  for (int p = lo; p <= hi; p++) {
     if (p != comm->rank)
-      start(comm, p, &asked[p]);
+      start(comm, p, &asked[p - lo]);
   }
-  long long deadline = hoop__now_ms() + answer_ms(comm);
+  long long deadline = hoop__now_ms() + wait_ms;
   for (;;) {
     int m = 0;
-    for (int p = 0; p < n; p++) {
-      if (p == comm->rank || !asking(&asked[p]))
+    for (int p = lo; p <= hi; p++) {
+      const struct asked *a = &asked[p - lo];
+      if (p == comm->rank || !asking(a))
         continue;
       fds[m] = (struct pollfd){
-          .fd = asked[p].fd,
-          .events = asked[p].step == DIALING ? POLLOUT : POLLIN};
-      who[m++] = p;
+          .fd = a->fd, .events = a->step == DIALING ? POLLOUT : POLLIN};
+      who[m++] = p - lo;
     }
     long long left = deadline - hoop__now_ms();
     if (m == 0 || left <= 0 ||
@@ -228,13 +239,14 @@ static bool ask_all(struct hoop_comm *comm, struct asked *asked) {
       break;
   }
   bool gone = false;
-  for (int p = 0; p < n; p++) {
+  for (int p = lo; p <= hi; p++) {
+    struct asked *a = &asked[p - lo];
     if (p == comm->rank)
       continue;
-    if (asking(&asked[p]))
-      asked[p].step = SILENT;
-    gone |= asked[p].step == GONE || asked[p].step == UNASKED;
-    hoop__sock_close(&asked[p].fd);
+    if (asking(a))
+      a->step = SILENT;
+    gone |= a->step == GONE || a->step == UNASKED;
+    hoop__sock_close(&a->fd);
   }
   /*
    * A peer that has gone usually broke first and left its notice, which
@@ -480,7 +492,7 @@ void hoop__comm_report_stall(struct hoop_comm *comm) {
     asked[p] = (struct asked){.fd = -1, .step = UNASKED};
   char cause[HOOP_ERROR_MAX];
   snprintf(cause, sizeof cause, "%s", comm->last_error);
-  if (ask_all(comm, asked)) {
+  if (ask(comm, 0, comm->nranks - 1, asked, answer_ms(comm))) {
     char report[HOOP_ERROR_MAX];
     struct text t = {report, sizeof report, 0};
     report[0] = '\0';
@@ -490,4 +502,46 @@ void hoop__comm_report_stall(struct hoop_comm *comm) {
   }
   free(asked);
   free(cls);
+}
+
+/*
+ * How long a rank waiting to connect gives its peer to answer: a rank in a
+ * hoop call answers within its listener's poll (50 ms at most), and a rank
+ * outside one not at all, which here only means waiting on.
+ */
+#define AGREEMENT_ANSWER_MS 200
+
+hoop_result_t hoop__comm_check_agreement(struct hoop_comm *comm, int peer) {
+  const struct hoop_wire_header *mine =
+      __atomic_load_n(&comm->plan_header, __ATOMIC_RELAXED);
+  /* Send/recv peers differ by design. */
+  if (mine == NULL || mine->coll == HOOP_COLL_SENDRECV || peer < 0 ||
+      peer >= comm->nranks || peer == comm->rank)
+    return HOOP_SUCCESS;
+  struct asked a = {.fd = -1, .step = UNASKED};
+  if (!ask(comm, peer, peer, &a, AGREEMENT_ANSWER_MS))
+    return HOOP_ERR_REMOTE; /* a notice, already the last error */
+  if (a.step != ANSWERED || a.where.state != HOOP_AT_CALL ||
+      a.where.seq < comm->seq)
+    return HOOP_SUCCESS;
+  bool past = a.where.seq > comm->seq ||
+              (a.where.in_plan && a.where.plan.coll == HOOP_COLL_SENDRECV);
+  if (!past && (!a.where.in_plan || hoop__wire_same_call(mine, &a.where.plan)))
+    return HOOP_SUCCESS;
+  char desc[128], me[240], them[240];
+  hoop__peer_desc(comm, peer, desc, sizeof desc);
+  hoop__describe_call(mine, me, sizeof me);
+  if (past)
+    return HOOP_ERROR(comm, HOOP_ERR_MISMATCH,
+                      "ranks disagree: this rank called %s and waits to "
+                      "connect with %s, which finished that call without "
+                      "the connection (it is in %s, %llu collectives "
+                      "started)",
+                      me, desc, a.where.call,
+                      (unsigned long long)a.where.seq);
+  hoop__describe_call(&a.where.plan, them, sizeof them);
+  return HOOP_ERROR(comm, HOOP_ERR_MISMATCH,
+                    "ranks disagree: this rank called %s and waits to "
+                    "connect with %s, which called %s",
+                    me, desc, them);
 }

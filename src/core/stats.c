@@ -7,6 +7,21 @@
 #include "core/error.h"
 #include "core/types.h"
 
+/* Adds one peer's bytes of one call; the caller holds state_lock. */
+static void count_peer(struct hoop_comm *comm, hoop_coll_stats_t *s, int peer,
+                       uint64_t sent, uint64_t received) {
+  comm->peer_sent[peer] += sent;
+  comm->peer_received[peer] += received;
+  comm->stats.bytes_sent += sent;
+  comm->stats.bytes_received += received;
+  s->bytes_sent += sent;
+  s->bytes_received += received;
+  if (comm->host_index[peer] != comm->host_index[comm->rank]) {
+    comm->stats.bytes_sent_off_host += sent;
+    comm->stats.bytes_received_off_host += received;
+  }
+}
+
 void hoop__stats_count(struct hoop_comm *comm, const struct hoop_plan *plan,
                        hoop_coll_t label, hoop_algo_t algo, long long ns) {
   pthread_mutex_lock(&comm->state_lock);
@@ -16,16 +31,8 @@ void hoop__stats_count(struct hoop_comm *comm, const struct hoop_plan *plan,
   s->wait_ns += (uint64_t)plan->wait_ns;
   for (int i = 0; i < plan->nlinks; i++) {
     const struct hoop_link *l = &plan->links[i];
-    int peer = l->peer;
-    if (l->send) {
-      comm->peer_sent[peer] += l->bytes;
-      comm->stats.bytes_sent += l->bytes;
-      s->bytes_sent += l->bytes;
-    } else {
-      comm->peer_received[peer] += l->bytes;
-      comm->stats.bytes_received += l->bytes;
-      s->bytes_received += l->bytes;
-    }
+    count_peer(comm, s, l->peer, l->send ? l->bytes : 0,
+               l->send ? 0 : l->bytes);
   }
   pthread_mutex_unlock(&comm->state_lock);
 }
@@ -37,14 +44,14 @@ void hoop__stats_count_peers(struct hoop_comm *comm, hoop_coll_t label,
   hoop_coll_stats_t *s = &comm->stats.by_coll[label][algo];
   s->calls++;
   s->time_ns += (uint64_t)ns;
-  for (int peer = 0; peer < comm->nranks; peer++) {
-    comm->peer_sent[peer] += sent[peer];
-    comm->peer_received[peer] += received[peer];
-    comm->stats.bytes_sent += sent[peer];
-    comm->stats.bytes_received += received[peer];
-    s->bytes_sent += sent[peer];
-    s->bytes_received += received[peer];
-  }
+  for (int peer = 0; peer < comm->nranks; peer++)
+    count_peer(comm, s, peer, sent[peer], received[peer]);
+  pthread_mutex_unlock(&comm->state_lock);
+}
+
+void hoop__stats_connected(struct hoop_comm *comm) {
+  pthread_mutex_lock(&comm->state_lock);
+  comm->stats.peers_connected++;
   pthread_mutex_unlock(&comm->state_lock);
 }
 
@@ -96,7 +103,9 @@ hoop_result_t hoop_comm_get_peer_bytes(hoop_comm_t comm, int peer,
 hoop_result_t hoop_comm_reset_stats(hoop_comm_t comm) {
   HOOP_CHECK(settle(comm, "hoop_comm_reset_stats"));
   pthread_mutex_lock(&comm->state_lock);
+  uint64_t connected = comm->stats.peers_connected;
   memset(&comm->stats, 0, sizeof comm->stats);
+  comm->stats.peers_connected = connected;
   memset(comm->peer_sent, 0, sizeof *comm->peer_sent * (size_t)comm->nranks);
   memset(comm->peer_received, 0,
          sizeof *comm->peer_received * (size_t)comm->nranks);

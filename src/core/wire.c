@@ -178,6 +178,13 @@ bool hoop__whereabouts_parse(const void *bytes, size_t len, int32_t nranks,
   char call[sizeof w.call];
   copy_text(call, sizeof call, w.call, sizeof w.call);
   memcpy(w.call, call, sizeof call);
+  if (w.in_plan > 1)
+    return refuse(why, why_len, "whereabouts with in_plan %u", w.in_plan);
+  struct hoop_wire_header plan = {0};
+  if (w.in_plan == 1 &&
+      !hoop__wire_header_parse(&w.plan, sizeof w.plan, &plan, why, why_len))
+    return false;
+  w.plan = plan;
   *out = w;
   return true;
 }
@@ -202,4 +209,12 @@ bool hoop__wire_header_parse(const void *bytes, size_t len,
                   h.coll, h.dtype, h.op, h.algo, h.nchannels);
   *out = h;
   return true;
+}
+
+bool hoop__wire_same_call(const struct hoop_wire_header *a,
+                          const struct hoop_wire_header *b) {
+  return a->coll == b->coll && a->dtype == b->dtype && a->op == b->op &&
+         a->seq == b->seq && a->count == b->count && a->root == b->root &&
+         a->algo == b->algo && a->slice_bytes == b->slice_bytes &&
+         a->nchannels == b->nchannels && a->depth == b->depth;
 }

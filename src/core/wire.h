@@ -12,6 +12,7 @@
 #ifndef HOOP_WIRE_H
 #define HOOP_WIRE_H
 
+#include <assert.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -19,7 +20,7 @@
 #include "core/peer.h"
 
 #define HOOP_WIRE_MAGIC 0x686f6f70u /* "hoop" */
-#define HOOP_WIRE_VERSION 6u
+#define HOOP_WIRE_VERSION 7u
 
 #define HOOP_AUTH_NONCE_BYTES 16
 #define HOOP_AUTH_MAC_BYTES 32
@@ -78,6 +79,38 @@ struct hoop_auth_proof {
   uint8_t mac[HOOP_AUTH_MAC_BYTES];
 };
 
+/*
+ * The first bytes of every collective on every link.  The receiver checks
+ * it against its own call, so ranks that disagree fail loudly instead of
+ * mixing up data.
+ */
+struct hoop_wire_header {
+  uint32_t magic;
+  uint8_t version;
+  uint8_t coll;
+  uint8_t dtype;
+  uint8_t op;
+  uint64_t seq;
+  uint64_t count;
+  uint32_t slice_bytes;
+  int32_t root;
+  int32_t sender;
+  uint32_t depth;
+  uint16_t nchannels;
+  uint8_t algo;
+  uint8_t reserved[5];
+  /*
+   * What the sender puts on this link and expects on the way back, in
+   * bytes (send/recv: a hash of the message sizes).  Every connection a
+   * call uses carries a header each way, so a rank that only sends still
+   * hears from its peer, and both ends check both directions.
+   */
+  uint64_t link_bytes;
+  uint64_t back_bytes;
+};
+static_assert(sizeof(struct hoop_wire_header) == 64,
+               "the wire header keeps data 64-byte aligned in staging");
+
 /* What a rank was doing when asked (a query's answer). */
 enum hoop_whereabouts_state {
   HOOP_AT_JOINING = 0, /* in hoop_comm_init_* */
@@ -97,9 +130,15 @@ struct hoop_whereabouts {
   int32_t wait_send; /* 1: to send to it, 0: for its data */
   int64_t wait_ms;   /* how long it has waited on that peer */
   char call[HOOP_WHEREABOUTS_CALL_BYTES]; /* the call's name */
+  /*
+   * 1 while it runs a plan, whose header follows (link_bytes and
+   * back_bytes 0): a rank waiting to connect with it compares the calls.
+   */
+  uint32_t in_plan;
+  uint32_t reserved;
+  struct hoop_wire_header plan;
 };
 
-struct hoop_wire_header;
 
 /*
  * One published peer info, claimed by `rank`: an IPv4 or IPv6 address
@@ -151,8 +190,9 @@ void hoop__notice_parse(const void *bytes, size_t len, char *reason,
 /*
  * A whereabouts from one of `nranks` ranks: a state that exists, a
  * waited-on rank in -1..nranks-1 with a 0/1 direction and a wait of at
- * least 0 ms, and a call name that ends within its field (control
- * characters made '?').
+ * least 0 ms, a call name that ends within its field (control
+ * characters made '?'), and in_plan 0 or 1, with a header that
+ * hoop__wire_header_parse passes when 1.
  */
 bool hoop__whereabouts_parse(const void *bytes, size_t len, int32_t nranks,
                              struct hoop_whereabouts *out, char *why,
@@ -166,5 +206,12 @@ bool hoop__whereabouts_parse(const void *bytes, size_t len, int32_t nranks,
 bool hoop__wire_header_parse(const void *bytes, size_t len,
                              struct hoop_wire_header *out, char *why,
                              size_t why_len);
+
+/*
+ * Whether two headers describe the same call: everything but the bytes
+ * each link carries (link_bytes, back_bytes) and the sender.
+ */
+bool hoop__wire_same_call(const struct hoop_wire_header *a,
+                          const struct hoop_wire_header *b);
 
 #endif /* HOOP_WIRE_H */
