@@ -3,10 +3,16 @@
 // shm by default, since their ranks share this host; ctest runs them again
 // with HOOP_TRANSPORT=tcp.  These cases cover what is particular to shm:
 // the choice itself, segments in /dev/shm, stream alignment across ring
-// wrap-arounds and leaks.  A rank killed mid-collective is
-// Errors.KilledRankMakesOthersFailNamingIt, which also checks /dev/shm.
+// wrap-arounds and leaks, segments that grow with what a pair carries,
+// and the FIFO's restart of streams at the ring's start.  A rank killed
+// mid-collective is Errors.KilledRankMakesOthersFailNamingIt, which also
+// checks /dev/shm.
 #include <dirent.h>
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -24,6 +30,7 @@ extern "C" {
 #include "core/param.h"
 #include "transport/params.h"
 #include "transport/fifo.h"
+#include "transport/shm.h"
 }
 
 using hooptest::RankLog;
@@ -125,6 +132,14 @@ std::vector<int> connected_peers(hoop_comm_t comm) {
   return peers;
 }
 
+// What the counters say of the same (hoop_stats_t's peers_connected).
+uint64_t counted_peers(hoop_comm_t comm) {
+  hoop_stats_t st = HOOP_STATS_INIT;
+  if (hoop_comm_get_stats(comm, &st) != HOOP_SUCCESS)
+    return UINT64_MAX;
+  return st.peers_connected;
+}
+
 // HOOP_RUNTIME_CONNECT=1: a pair connects when a plan first needs it, so
 // after init a rank holds no connection, after a ring all-reduce only its
 // two neighbours, and after an all-to-all every peer, with every result
@@ -152,6 +167,12 @@ TEST(FirstUse, RanksConnectOnlyThePeersTheirCallsUse) {
       RANK_EXPECT(log, connected_peers(comm) == ring_peers,
                   "%zu peers connected after a ring all-reduce, want 2",
                   connected_peers(comm).size());
+      RANK_EXPECT(log, counted_peers(comm) == 2, "counters say %llu peers",
+                  (unsigned long long)counted_peers(comm));
+      RANK_EXPECT_OK(log, comm, hoop_comm_reset_stats(comm));
+      RANK_EXPECT(log, counted_peers(comm) == 2,
+                  "after a reset the counters say %llu peers",
+                  (unsigned long long)counted_peers(comm));
       std::vector<int32_t> out(n), in(n, -1);
       for (int p = 0; p < n; p++)
         out[p] = rank * 100 + p;
@@ -164,12 +185,15 @@ TEST(FirstUse, RanksConnectOnlyThePeersTheirCallsUse) {
       RANK_EXPECT(log, (int)connected_peers(comm).size() == n - 1,
                   "%zu peers connected after an all-to-all, want %d",
                   connected_peers(comm).size(), n - 1);
+      RANK_EXPECT(log, counted_peers(comm) == (uint64_t)n - 1,
+                  "counters say %llu peers",
+                  (unsigned long long)counted_peers(comm));
     });
     EXPECT_TRUE(r.all_ok()) << transport << ": " << describe(r);
   }
 }
 
-// HOOP_RUNTIME_CONNECT=0 (the default): every peer connects at init, and
+// HOOP_RUNTIME_CONNECT=0: every peer connects at init, and
 // the calls run on those connections.
 TEST(FirstUse, EagerConnectsEveryPeerAtInit) {
   ScopedEnv eager("HOOP_RUNTIME_CONNECT", "0");
@@ -180,6 +204,9 @@ TEST(FirstUse, EagerConnectsEveryPeerAtInit) {
       RANK_EXPECT(log, (int)connected_peers(comm).size() == n - 1,
                   "%zu peers connected after init, want %d",
                   connected_peers(comm).size(), n - 1);
+      RANK_EXPECT(log, counted_peers(comm) == (uint64_t)n - 1,
+                  "counters say %llu peers",
+                  (unsigned long long)counted_peers(comm));
       std::vector<double> v(1001, rank + 1.0);
       RANK_EXPECT_OK(log, comm,
                      hoop_allreduce(comm, v.data(), v.data(), v.size(),
@@ -490,3 +517,346 @@ TEST(Shm, AWakeUpDrainedByTheOtherLinkMakesTheEngineLookAgain) {
   EXPECT_TRUE(ready) << "the send link's arm drained the receive link's "
                         "wake-up and let the engine sleep";
 }
+
+// ---- Rings that grow with use, and streams that restart at the ring's
+// start (issue 38).
+
+namespace {
+
+// Both ends of one direction of the FIFO in this process: the ring, the
+// positions as published, and how far the writer asked the ring to grow.
+struct MemFifo {
+  static constexpr size_t kSlot = 4096, kRing = 8 * kSlot;
+  static constexpr size_t kRestart = 8192, kPage = 4096;
+  static constexpr char kUntouched = 0x5a;
+  std::vector<char> ring = std::vector<char>(kRing, kUntouched);
+  uint64_t head = 0, tail = 0;
+  size_t grown = 0;
+  hoop_fifo_signal signal{};
+  hoop_fifo writer{}, reader{};
+
+  MemFifo() {
+    signal.publish_head = [](void *ctx, uint64_t h, size_t) {
+      static_cast<MemFifo *>(ctx)->head = h;
+    };
+    signal.publish_tail = [](void *ctx, uint64_t t) {
+      static_cast<MemFifo *>(ctx)->tail = t;
+    };
+    signal.grow = [](void *ctx, size_t upto, size_t *ready) {
+      auto *m = static_cast<MemFifo *>(ctx);
+      *ready = std::min(kRing, (upto + kPage - 1) / kPage * kPage);
+      m->grown = std::max(m->grown, *ready);
+      return HOOP_SUCCESS;
+    };
+    for (hoop_fifo *f : {&writer, &reader}) {
+      f->ring = kRing;
+      f->slot = kSlot;
+      f->restart = kRestart;
+      f->out_ring = ring.data();
+      f->in_ring = ring.data();
+      f->out_tail = &tail;
+      f->in_head = &head;
+      f->signal = &signal;
+      f->ctx = this;
+    }
+  }
+};
+
+char stream_byte(size_t stream, size_t i) {
+  return (char)(stream * 131 + i * 7 + i / 251);
+}
+
+// Runs `sizes` as streams through a MemFifo, the writer moving about three
+// times as often as the reader, in random pieces.  Returns how often the
+// writer stood at a restart (a stream that would begin `restart` bytes in
+// or more) while the reader was still in an earlier stream.
+int run_streams(MemFifo &m, const std::vector<size_t> &sizes, unsigned seed,
+                std::string *error) {
+  srand(seed);
+  size_t ws = 0, wsent = 0, rs = 0, rgot = 0;
+  bool wbegun = false, rbegun = false;
+  int waited_at_restart = 0;
+  std::vector<char> src, dst;
+  for (long step = 0; rs < sizes.size(); step++) {
+    if (step > 10000000) {
+      *error = "no progress";
+      return waited_at_restart;
+    }
+    if (ws < sizes.size() && rand() % 4 != 0) {
+      if (!wbegun) {
+        hoop__fifo_begin_stream(&m.writer, 1);
+        wbegun = true;
+      }
+      size_t left = sizes[ws] - wsent;
+      size_t want = 1 + (size_t)rand() % std::min(left, (size_t)9000);
+      src.resize(want);
+      for (size_t i = 0; i < want; i++)
+        src[i] = stream_byte(ws, wsent + i);
+      size_t half = want / 2;
+      iovec iov[2] = {{src.data(), half}, {src.data() + half, want - half}};
+      uint64_t before = m.writer.out_head;
+      bool at_restart =
+          wsent == 0 && before % MemFifo::kRing >= MemFifo::kRestart;
+      size_t sent = 0;
+      EXPECT_EQ(hoop__fifo_send(&m.writer, iov, 2, &sent), HOOP_SUCCESS);
+      if (sent == 0 && at_restart && rs < ws &&
+          m.head - m.tail < MemFifo::kRing)
+        waited_at_restart++;
+      wsent += sent;
+      if (wsent == sizes[ws]) {
+        ws++;
+        wsent = 0;
+        wbegun = false;
+      }
+      continue;
+    }
+    if (!rbegun) {
+      hoop__fifo_begin_stream(&m.reader, 0);
+      rbegun = true;
+    }
+    size_t left = sizes[rs] - rgot;
+    size_t want = 1 + (size_t)rand() % std::min(left, (size_t)7000);
+    const char *got_at = nullptr;
+    size_t got = 0;
+    if (rand() % 2) {
+      dst.resize(want);
+      got = hoop__fifo_recv(&m.reader, dst.data(), want, rand() % 2);
+      got_at = dst.data();
+    } else {
+      const void *p = nullptr;
+      got = hoop__fifo_peek(&m.reader, want, &p);
+      got_at = static_cast<const char *>(p);
+    }
+    if (got > 0 && rgot == 0) {
+      // Where the stream began in the ring: aligned, and never far in.
+      size_t at = (size_t)((m.reader.in_tail -
+                            (got_at == dst.data() ? got : 0)) %
+                           MemFifo::kRing);
+      if (at % 64 != 0 || at > MemFifo::kRestart) {
+        *error = "stream " + std::to_string(rs) + " began at ring offset " +
+                 std::to_string(at);
+        return waited_at_restart;
+      }
+    }
+    for (size_t i = 0; i < got; i++)
+      if (got_at[i] != stream_byte(rs, rgot + i)) {
+        *error = "stream " + std::to_string(rs) + " byte " +
+                 std::to_string(rgot + i) + " is wrong";
+        return waited_at_restart;
+      }
+    if (got_at != dst.data())
+      hoop__fifo_release(&m.reader, got);
+    rgot += got;
+    if (rgot == sizes[rs]) {
+      rs++;
+      rgot = 0;
+      rbegun = false;
+    }
+  }
+  return waited_at_restart;
+}
+
+}  // namespace
+
+// Streams that would begin past the restart offset begin at the ring's
+// start, with padding both ends skip by the same rule; the writer may
+// reach that point while the reader is still streams behind, and must
+// then put the new stream only over bytes already read.  Every byte of
+// every stream must arrive as written, small streams must keep to the
+// ring's first pages, and no store may land where the ring did not grow.
+TEST(Fifo, StreamsRestartAtTheRingStartWhileTheReaderLags) {
+  std::vector<size_t> small;
+  srand(38);
+  for (int i = 0; i < 3000; i++)
+    small.push_back(1 + (size_t)rand() % 3000);
+  for (unsigned seed : {1u, 2u, 3u}) {
+    MemFifo m;
+    std::string error;
+    int waited = run_streams(m, small, seed, &error);
+    ASSERT_TRUE(error.empty()) << error << " (seed " << seed << ")";
+    EXPECT_GT(waited, 0) << "the writer never met a restart while the "
+                            "reader lagged (seed " << seed << ")";
+    // Streams begin at most kRestart in and carry at most 3000 bytes.
+    EXPECT_LE(m.grown, MemFifo::kRestart + 3000 + MemFifo::kPage);
+    EXPECT_EQ(std::count(m.ring.begin() + (long)m.grown, m.ring.end(),
+                         MemFifo::kUntouched),
+              (long)(MemFifo::kRing - m.grown))
+        << "a store landed past what the ring grew to";
+  }
+  // Streams longer than the ring wrap within themselves, between small
+  // ones that restart.
+  std::vector<size_t> mixed;
+  for (int i = 0; i < 300; i++)
+    mixed.push_back(i % 50 == 7 ? 100000 + (size_t)i
+                                : 1 + (size_t)i * 37 % 5000);
+  MemFifo m;
+  std::string error;
+  run_streams(m, mixed, 4, &error);
+  ASSERT_TRUE(error.empty()) << error;
+  EXPECT_EQ(m.grown, MemFifo::kRing);
+}
+
+namespace {
+
+// Bytes of a shm test pair's segment that exist (mincore on its mapping):
+// the pair connect_pair makes (comm id 0x7e57) in this process.
+long pair_segment_bytes() {
+  std::string name = "/dev/shm/hoop-" + std::to_string(getpid()) +
+                     "-0000000000007e57-";
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);) {
+    if (line.find(name) == std::string::npos)
+      continue;
+    unsigned long lo, hi;
+    if (sscanf(line.c_str(), "%lx-%lx", &lo, &hi) != 2)
+      return -1;
+    long page = sysconf(_SC_PAGESIZE);
+    std::vector<unsigned char> in((hi - lo) / (unsigned long)page);
+    if (mincore((void *)lo, hi - lo, in.data()) != 0)
+      return -1;
+    long n = 0;
+    for (unsigned char b : in)
+      n += b & 1;
+    return n * page;
+  }
+  return -1;
+}
+
+// Streams `len` bytes from one end of a pair to the other, the receiver
+// reading as they come.
+void stream_through(hoop_conn *from, hoop_conn *to, size_t len,
+                    std::string *error) {
+  std::vector<char> out(len), in(len);
+  for (size_t i = 0; i < len; i++)
+    out[i] = stream_byte(len, i);
+  from->ops->begin_stream(from, 1);
+  to->ops->begin_stream(to, 0);
+  size_t sent = 0, got = 0;
+  for (int spins = 0; got < len && spins < 1000000; spins++) {
+    if (sent < len) {
+      iovec iov = {out.data() + sent, len - sent};
+      size_t n = 0;
+      if (from->ops->send(from, &iov, 1, &n) != HOOP_SUCCESS) {
+        *error = hoop_last_error();
+        return;
+      }
+      sent += n;
+    }
+    size_t n = 0;
+    if (to->ops->recv(to, in.data() + got, len - got, false, &n) !=
+        HOOP_SUCCESS) {
+      *error = hoop_last_error();
+      return;
+    }
+    got += n;
+  }
+  if (got < len || in != out)
+    *error = "the stream of " + std::to_string(len) + " bytes did not "
+             "arrive whole";
+}
+
+}  // namespace
+
+// A pair's segment is sparse: after connecting, its header page; after a
+// thousand 4 KiB calls each way, the rings' first pages only, since small
+// streams restart at the ring's start; a 1 MiB call then grows the ring
+// it goes through.
+TEST(Shm, APairHoldsTheMemoryOfWhatItCarried) {
+  hooptest::ConnPair pair;
+  hooptest::connect_pair(hoop__shm_transport, pair);
+  ASSERT_TRUE(pair.error.empty()) << pair.error;
+  long at_connect = pair_segment_bytes();
+  ASSERT_GT(at_connect, 0) << "no mapping of the pair's segment found";
+  EXPECT_LE(at_connect, 4096);
+  std::string error;
+  for (int i = 0; i < 1000 && error.empty(); i++) {
+    stream_through(pair.lower, pair.higher, 4000 + (size_t)i % 96, &error);
+    stream_through(pair.higher, pair.lower, 4096, &error);
+  }
+  ASSERT_TRUE(error.empty()) << error;
+  long small = pair_segment_bytes();
+  // A header page, and per direction two 64 KiB steps of the ring.
+  EXPECT_LE(small, 4096 + 2 * 128 * 1024) << "after 4 KiB calls";
+  stream_through(pair.lower, pair.higher, 1 << 20, &error);
+  ASSERT_TRUE(error.empty()) << error;
+  long large = pair_segment_bytes();
+  EXPECT_GE(large, small + (1 << 20) - 128 * 1024) << "after a 1 MiB call";
+  EXPECT_LE(large, 4096 + (2 << 20) + 128 * 1024);
+}
+
+// A /dev/shm too small for what a pair carries fails the send naming the
+// peer, /dev/shm, the bytes and the settings that shrink rings, instead of
+// a SIGBUS at the store: in a child with its own mount namespace whose
+// /dev/shm is a 1 MiB tmpfs, both ways of growing (populating the
+// mapping, and posix_fallocate as on kernels before 5.14).
+class ShmFull : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ShmFull, SendFailsNamingTheSizeAndTheSettings) {
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    close(fds[0]);
+    auto say = [&](const std::string &what) {
+      (void)!write(fds[1], what.data(), what.size());
+      _exit(0);
+    };
+    // Root needs only a mount namespace; others make a user namespace too
+    // (refused in a chroot, where the test is then skipped).
+    uid_t uid = geteuid();
+    gid_t gid = getegid();
+    int flags = CLONE_NEWNS | (uid == 0 ? 0 : CLONE_NEWUSER);
+    if (unshare(flags) != 0)
+      say(std::string("SKIP unshare: ") + strerror(errno));
+    if (uid != 0) {
+      std::ofstream("/proc/self/setgroups") << "deny";
+      std::ofstream("/proc/self/uid_map") << "0 " << uid << " 1";
+      std::ofstream("/proc/self/gid_map") << "0 " << gid << " 1";
+    }
+    if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        mount("tmpfs", "/dev/shm", "tmpfs", 0, "size=1m,mode=1777") != 0)
+      say(std::string("SKIP mount of a small tmpfs: ") + strerror(errno));
+    hoop__shm_grow_by_fallocate = GetParam();
+    hooptest::ConnPair pair;
+    hooptest::connect_pair(hoop__shm_transport, pair);
+    if (!pair.error.empty())
+      say("FAIL connecting: " + pair.error);
+    std::vector<char> out(2 << 20, 1);
+    pair.lower->ops->begin_stream(pair.lower, 1);
+    iovec iov = {out.data(), out.size()};
+    size_t sent = 0;
+    hoop_result_t res = pair.lower->ops->send(pair.lower, &iov, 1, &sent);
+    if (res == HOOP_SUCCESS)
+      say("FAIL 2 MiB went into a 1 MiB /dev/shm: " +
+          std::to_string(sent) + " bytes sent");
+    say("ERROR " + std::to_string(sent) + " " + hoop_last_error());
+  }
+  close(fds[1]);
+  std::string said;
+  char buf[512];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;)
+    said.append(buf, (size_t)n);
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child died: signal "
+                                 << (WIFSIGNALED(status) ? WTERMSIG(status)
+                                                         : 0);
+  if (said.rfind("SKIP ", 0) == 0)
+    GTEST_SKIP() << said.substr(5);
+  ASSERT_EQ(said.rfind("ERROR ", 0), 0u) << said;
+  size_t sent = std::stoul(said.substr(6));
+  // Slots of 256 KiB: three fit beside the header page, the fourth not.
+  EXPECT_EQ(sent, 3u * 256 * 1024) << said;
+  for (const char *part : {"rank 1 (the test's)", "/dev/shm",
+                           "262144 more bytes", "786432 of its 2097152",
+                           "HOOP_SHM_SLOTS", "HOOP_SHM_SLOT_BYTES",
+                           "o space left"})
+    EXPECT_NE(said.find(part), std::string::npos) << part << " in: " << said;
+}
+
+INSTANTIATE_TEST_SUITE_P(Grow, ShmFull, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool> &p) {
+                           return p.param ? "fallocate" : "populate";
+                         });

@@ -31,11 +31,28 @@ static size_t piece(const struct hoop_fifo *f, uint64_t pos, size_t len) {
 }
 
 /*
- * Skips the padding that starts a stream aligned, once it fits; false
- * while it does not.  Both ends skip from the same stream position.
+ * The padding both ends skip before a stream that begins at `pos` (see
+ * hoop__fifo_begin_stream): to the ring's start once the stream would
+ * begin `restart` bytes in or more, else to a 64-byte boundary.  The ring
+ * is a multiple of 64, so either way the stream begins aligned, and from
+ * there the padding is 0: a stream with no bytes skips nothing more.
+ */
+static size_t stream_pad(const struct hoop_fifo *f, uint64_t pos) {
+  size_t at = (size_t)(pos % f->ring);
+  if (f->restart != 0 && at >= f->restart)
+    return f->ring - at;
+  return align_pad(pos);
+}
+
+/*
+ * Skips the padding that starts a stream, once the credit covers it;
+ * false while it does not.  Both ends skip from the same stream position.
+ * Padding to the ring's start is covered once the reader has consumed
+ * this lap's bytes before the ring's end, and the writer may then have
+ * no room left: it writes as the reader frees the lap's start.
  */
 static bool skip_out_pad(struct hoop_fifo *f, size_t *room) {
-  size_t pad = align_pad(f->out_head);
+  size_t pad = stream_pad(f, f->out_head);
   if (*room < pad)
     return false;
   f->out_head += pad;
@@ -44,8 +61,9 @@ static bool skip_out_pad(struct hoop_fifo *f, size_t *room) {
   return true;
 }
 
+/* The writer publishes a head past the padding only with bytes after it. */
 static bool skip_in_pad(struct hoop_fifo *f) {
-  size_t pad = align_pad(f->in_tail);
+  size_t pad = stream_pad(f, f->in_tail);
   if (in_avail(f) < pad)
     return false;
   f->in_tail += pad;
@@ -126,17 +144,39 @@ static void store_piece(struct hoop_fifo *f, char *dst, const char *src,
                          (uint64_t)(ns > 0 ? ns : 0) * 1000 / n);
 }
 
-size_t hoop__fifo_send(struct hoop_fifo *f, const struct iovec *iov,
-                       int iovcnt) {
+/*
+ * Makes the outgoing ring writable up to `upto` bytes from its start.
+ * Pieces go in order from the ring's start (or from a little past a
+ * stream's padding), so what grow made writable is one range from there.
+ */
+static hoop_result_t make_writable(struct hoop_fifo *f, size_t upto) {
+  if (f->signal->grow == NULL) {
+    f->out_ready = f->ring;
+    return HOOP_SUCCESS;
+  }
+  return f->signal->grow(f->ctx, upto, &f->out_ready);
+}
+
+hoop_result_t hoop__fifo_send(struct hoop_fifo *f, const struct iovec *iov,
+                              int iovcnt, size_t *sent) {
   size_t room = out_room(f), done = 0;
+  *sent = 0;
   if (f->out_align && !skip_out_pad(f, &room))
-    return 0;
+    return HOOP_SUCCESS;
   for (int i = 0; i < iovcnt && room > 0; i++) {
     const char *src = iov[i].iov_base;
     size_t len = iov[i].iov_len;
     while (len > 0 && room > 0) {
+      size_t at = (size_t)(f->out_head % f->ring);
       size_t n = piece(f, f->out_head, min_size(len, room));
-      store_piece(f, f->out_ring + f->out_head % f->ring, src, n);
+      if (at + n > f->out_ready) {
+        hoop_result_t res = make_writable(f, at + n);
+        if (res != HOOP_SUCCESS) {
+          *sent = done;
+          return res;
+        }
+      }
+      store_piece(f, f->out_ring + at, src, n);
       f->out_head += n;
       f->signal->publish_head(f->ctx, f->out_head, n);
       src += n;
@@ -145,7 +185,8 @@ size_t hoop__fifo_send(struct hoop_fifo *f, const struct iovec *iov,
       done += n;
     }
   }
-  return done;
+  *sent = done;
+  return HOOP_SUCCESS;
 }
 
 size_t hoop__fifo_recv(struct hoop_fifo *f, void *buf, size_t len, bool cold) {
@@ -182,6 +223,6 @@ void hoop__fifo_release(struct hoop_fifo *f, size_t len) {
 
 bool hoop__fifo_can_move(const struct hoop_fifo *f, int send) {
   if (send)
-    return out_room(f) > (f->out_align ? align_pad(f->out_head) : 0);
-  return in_avail(f) > (f->in_align ? align_pad(f->in_tail) : 0);
+    return out_room(f) > (f->out_align ? stream_pad(f, f->out_head) : 0);
+  return in_avail(f) > (f->in_align ? stream_pad(f, f->in_tail) : 0);
 }

@@ -15,6 +15,14 @@
  * piece never wraps, so what it publishes is one contiguous range.  The
  * reader copies or reduces straight out of the ring.
  *
+ * A ring need not be all there when the connection opens: the writer asks
+ * the transport for the pages of its outgoing ring before it first writes
+ * into them (hoop_fifo_signal.grow), so that a pair holds the memory it
+ * has carried, not the memory it might.  And so that small calls keep to
+ * the same few pages instead of walking the ring, a stream that would
+ * begin `restart` bytes or more into the ring begins at its start instead
+ * (see hoop__fifo_begin_stream).
+ *
  * Not thread-safe: one thread drives a connection at a time.
  */
 #ifndef HOOP_TRANSPORT_FIFO_H
@@ -24,6 +32,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/uio.h>
+
+#include "hoop.h"
 
 /* How positions reach the peer: the part each transport supplies. */
 struct hoop_fifo_signal {
@@ -35,6 +45,15 @@ struct hoop_fifo_signal {
   void (*publish_head)(void *ctx, uint64_t head, size_t n);
   /* The reader has consumed everything up to `tail`: credit returned. */
   void (*publish_tail)(void *ctx, uint64_t tail);
+  /*
+   * Makes at least bytes [0, upto) of the outgoing ring writable, where
+   * the transport provides them on demand (shm's segments are sparse),
+   * and sets *ready to how many are.  Called before the writer first
+   * stores past *ready; an error (no room in /dev/shm, say) fails the
+   * send instead of a SIGBUS at the store.  NULL where the whole ring is
+   * there from the start (ib's registered rings).
+   */
+  hoop_result_t (*grow)(void *ctx, size_t upto, size_t *ready);
 };
 
 /*
@@ -82,6 +101,11 @@ void hoop__fifo_pace_record(struct hoop_fifo_pace *p, bool around,
 struct hoop_fifo {
   size_t ring; /* bytes per direction, a multiple of slot */
   size_t slot; /* publish at least this often; a multiple of 64 */
+  /*
+   * A stream that would begin at this ring offset or past it begins at
+   * the ring's start; 0 for never.  A multiple of 64.
+   */
+  size_t restart;
   char *out_ring;       /* outgoing bytes are written here */
   const char *in_ring;  /* incoming bytes are read here */
   /*
@@ -97,14 +121,18 @@ struct hoop_fifo {
   struct hoop_fifo_pace pace;
   uint64_t out_head; /* this rank's own positions */
   uint64_t in_tail;
+  size_t out_ready; /* bytes from out_ring's start that grow made writable */
   bool out_align; /* skip to a 64-byte boundary before the next write */
   bool in_align;  /* and before the next read */
 };
 
-/* Copies what fits of iov into the ring, publishing each piece; returns
- * how many bytes it took. */
-size_t hoop__fifo_send(struct hoop_fifo *f, const struct iovec *iov,
-                       int iovcnt);
+/*
+ * Copies what fits of iov into the ring, publishing each piece, and sets
+ * *sent to how many bytes it took.  Fails only where signal->grow fails,
+ * with *sent what went before.
+ */
+hoop_result_t hoop__fifo_send(struct hoop_fifo *f, const struct iovec *iov,
+                              int iovcnt, size_t *sent);
 
 /* Copies up to len received bytes out (around the caches when `cold`);
  * returns how many. */
@@ -119,9 +147,18 @@ void hoop__fifo_release(struct hoop_fifo *f, size_t len);
 bool hoop__fifo_can_move(const struct hoop_fifo *f, int send);
 
 /*
- * A stream starts on this direction: both ends skip to the same 64-byte
- * boundary before its first byte, since the last one may have ended at
- * any byte and reductions read elements in place.
+ * A stream starts on this direction.  Both ends skip the same padding
+ * before its first byte, worked out from the position where the last
+ * stream ended, which they share: to the ring's start when that position
+ * is `restart` bytes or more into the ring, else to the next 64-byte
+ * boundary, since the last stream may have ended at any byte and
+ * reductions read elements in place.  Skipping to the ring's start costs
+ * no credit rule of its own: the padding counts as written bytes, so the
+ * writer puts the new stream only over bytes the reader has consumed,
+ * however far it lags in the streams before.  What a run of small
+ * streams can leave unread before the writer waits is then `restart`
+ * bytes and the last stream, not the whole ring; one stream still has
+ * the whole ring.
  */
 void hoop__fifo_begin_stream(struct hoop_fifo *f, int send);
 

@@ -299,7 +299,8 @@ static hoop_result_t ib_send(struct hoop_conn *conn, const struct iovec *iov,
   int most = send_budget(c);
   if (most <= 0)
     return HOOP_SUCCESS;
-  *sent = hoop__fifo_send(&c->fifo, iov, iovcnt < most ? iovcnt : most);
+  /* The rings are registered whole (no grow): it cannot fail here. */
+  (void)hoop__fifo_send(&c->fifo, iov, iovcnt < most ? iovcnt : most, sent);
   conn->bytes_sent += *sent;
   return c->broken != HOOP_SUCCESS ? report(c) : HOOP_SUCCESS;
 }
@@ -638,6 +639,14 @@ static hoop_result_t ib_connect(const struct hoop_conn_setup *setup,
   c->fifo.in_head = &c->peer_head;
   c->fifo.signal = &ib_signal;
   c->fifo.ctx = c;
+  /*
+   * Streams do not restart at the ring's start here (restart 0): the
+   * rings are registered whole at connect, so restarting would save no
+   * memory, and its padding would make a writer wait for credit, which
+   * over RDMA returns once per call, not per piece.
+   */
+  c->fifo.restart = 0;
+  c->fifo.out_ready = c->ring;
   *out = &c->base;
   return HOOP_SUCCESS;
 out_close:

@@ -14,7 +14,17 @@
  *
  * The segment is unlinked as soon as both ranks have mapped it, so nothing
  * stays in /dev/shm after a crash, except when the creator dies in the
- * milliseconds between creating it and its peer mapping it.
+ * milliseconds between creating it and its peer mapping it.  Its name
+ * begins "/hoop-<creator's pid>-", which is how hoop-run finds and removes
+ * what a dead rank left (tools/hoop-run/procs.c, remove_shm_left_by).
+ *
+ * A segment is sparse: only its header page is there when the pair
+ * connects.  Each writer makes its ring's pages exist before it first
+ * writes into them, SHM_GROW_BYTES at a time (grow, below), and streams
+ * restart at the ring's start once they would begin SHM_RESTART_BYTES in,
+ * so a pair that carries 4 KiB calls holds a few pages, not two rings of
+ * 2 MiB: 64 ranks held 501 MB of /dev/shm when every segment was filled
+ * at connect.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -35,6 +45,28 @@
 
 #define SHM_MAGIC 0x6d656d73706f6f68ULL /* "hoopsmem" */
 #define SHM_HEADER_BYTES 4096
+/*
+ * A ring's pages are made in steps of this many bytes.  Each step is one
+ * system call, on a path that then copies as many bytes; smaller steps
+ * would hold less memory for small calls (see SHM_RESTART_BYTES) and cost
+ * more calls on the first trip round the ring.
+ */
+#define SHM_GROW_BYTES (64 * 1024)
+/*
+ * A stream that would begin this far into the ring or further begins at
+ * its start (fifo.h): calls of up to this size keep to the first two
+ * steps of the ring.  It is also the least that a run of small streams
+ * may leave unread before the writer waits, as much as TCP's socket
+ * buffers hold at their smallest (HOOP_SOCKBUF_BYTES).
+ */
+#define SHM_RESTART_BYTES (64 * 1024)
+
+bool hoop__shm_grow_by_fallocate;
+
+/* Linux 5.14; older headers lack it, older kernels refuse it (EINVAL). */
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
 
 struct shm_fifo {
   _Alignas(64) uint64_t head;
@@ -57,6 +89,12 @@ struct shm_conn {
   int fd; /* set-up, wake-ups, and the peer's end */
   struct shm_segment *seg;
   size_t seg_bytes;
+  /*
+   * The segment's descriptor where the kernel cannot populate a range of
+   * a mapping (MADV_POPULATE_WRITE, Linux 5.14): grow then allocates the
+   * pages with posix_fallocate.  -1 otherwise, the usual case.
+   */
+  int seg_fd;
   struct shm_fifo *out; /* this rank writes */
   struct shm_fifo *in;  /* this rank reads */
   struct hoop_fifo fifo;
@@ -159,9 +197,58 @@ static void publish_tail(void *ctx, uint64_t tail) {
   wake_peer(c, &c->in->writer_waiting);
 }
 
+/*
+ * Makes the pages of this rank's outgoing ring exist up to `upto` bytes
+ * from its start, to the next SHM_GROW_BYTES, before the writer stores
+ * there.  A store into a page that tmpfs cannot allocate (/dev/shm full)
+ * would raise SIGBUS; populating the range instead fails with an error
+ * (EFAULT from MADV_POPULATE_WRITE, ENOSPC from posix_fallocate), and the
+ * call fails naming the peer and what it needed.  The peer reads only
+ * bytes this rank published, so it never touches a page not made here.
+ */
+static hoop_result_t grow(void *ctx, size_t upto, size_t *ready) {
+  struct shm_conn *c = ctx;
+  size_t ring = c->fifo.ring, from = *ready;
+  size_t to = (upto + SHM_GROW_BYTES - 1) / SHM_GROW_BYTES * SHM_GROW_BYTES;
+  if (to > ring)
+    to = ring;
+  size_t off = (size_t)(c->fifo.out_ring - (char *)c->seg);
+  int err;
+  if (c->seg_fd >= 0) {
+    err = posix_fallocate(c->seg_fd, (off_t)(off + from), (off_t)(to - from));
+  } else {
+    /* Rings need not start on a page: round out to whole pages. */
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = (uintptr_t)c->seg + off + from, hi = lo + (to - from);
+    lo &= ~(page - 1);
+    hi = (hi + page - 1) & ~(page - 1);
+    do
+      err = madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE) == 0 ? 0
+                                                                  : errno;
+    while (err == EINTR);
+  }
+  if (err == 0) {
+    *ready = to;
+    return HOOP_SUCCESS;
+  }
+  /* EFAULT is the kernel's "a store would have raised SIGBUS". */
+  return HOOP_ERROR(NULL, HOOP_ERR_SYSTEM,
+                    "shared memory with %s: /dev/shm could not give %zu "
+                    "more bytes to this rank's ring (%zu of its %zu bytes "
+                    "were there; a pair needs up to %zu): %s (see df "
+                    "/dev/shm; smaller HOOP_SHM_SLOTS or HOOP_SHM_SLOT_BYTES "
+                    "make rings smaller, HOOP_TRANSPORT=tcp avoids them)",
+                    c->base.peer_desc, to - from, from, ring,
+                    c->seg_bytes,
+                    err == EFAULT ? "no space left there (a store would have "
+                                   "raised SIGBUS)"
+                                 : strerror(err));
+}
+
 static const struct hoop_fifo_signal shm_signal = {
     .publish_head = publish_head,
     .publish_tail = publish_tail,
+    .grow = grow,
 };
 
 static void shm_begin_stream(struct hoop_conn *conn, int send) {
@@ -171,9 +258,9 @@ static void shm_begin_stream(struct hoop_conn *conn, int send) {
 static hoop_result_t shm_send(struct hoop_conn *conn, const struct iovec *iov,
                               int iovcnt, size_t *sent) {
   struct shm_conn *c = (struct shm_conn *)conn;
-  *sent = hoop__fifo_send(&c->fifo, iov, iovcnt);
+  hoop_result_t res = hoop__fifo_send(&c->fifo, iov, iovcnt, sent);
   conn->bytes_sent += *sent;
-  return HOOP_SUCCESS;
+  return res;
 }
 
 static hoop_result_t shm_recv(struct hoop_conn *conn, void *buf, size_t len,
@@ -279,19 +366,21 @@ static void shm_close(struct hoop_conn *conn) {
     return;
   if (c->seg != NULL)
     munmap(c->seg, c->seg_bytes);
+  if (c->seg_fd >= 0)
+    close(c->seg_fd);
   hoop__sock_close(&c->fd);
   free(c);
 }
 
+/*
+ * Maps the segment, populating only the header page: the rings' pages
+ * come as their writers need them (grow).  The first populate also says
+ * whether the kernel has MADV_POPULATE_WRITE; where it does not, the
+ * descriptor is kept for posix_fallocate.
+ */
 static hoop_result_t map_segment(struct shm_conn *c, int fd, size_t bytes,
                                  const char *name) {
-  /*
-   * Populating now moves the page faults (one per 4 KiB page, each side)
-   * out of the first trips around the rings, where they tripled the time
-   * of small calls.
-   */
-  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
-                 MAP_SHARED | MAP_POPULATE, fd, 0);
+  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED)
     return HOOP_ERROR(NULL, HOOP_ERR_SYSTEM,
                       "mmap of shared memory segment %s (%zu bytes) for %s: "
@@ -299,6 +388,14 @@ static hoop_result_t map_segment(struct shm_conn *c, int fd, size_t bytes,
                       name, bytes, c->base.peer_desc, strerror(errno));
   c->seg = p;
   c->seg_bytes = bytes;
+  if (!hoop__shm_grow_by_fallocate &&
+      madvise(p, SHM_HEADER_BYTES, MADV_POPULATE_WRITE) == 0)
+    return HOOP_SUCCESS;
+  c->seg_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (c->seg_fd < 0)
+    return HOOP_ERROR(NULL, HOOP_ERR_SYSTEM,
+                      "keeping shared memory segment %s open for %s: %s",
+                      name, c->base.peer_desc, strerror(errno));
   return HOOP_SUCCESS;
 }
 
@@ -320,19 +417,22 @@ static hoop_result_t create_segment(struct shm_conn *c,
                       "shared memory)",
                       o->name, c->base.peer_desc, strerror(errno));
   /*
-   * Reserving the pages now turns a full /dev/shm into this error instead
-   * of a SIGBUS at the first write into an unbacked page.
+   * The segment's size, sparse; only the header page is allocated now,
+   * so that a full /dev/shm is this error rather than a SIGBUS at the
+   * header's first store.  The rings' pages come as they are written.
    */
-  int err = posix_fallocate(fd, 0, (off_t)o->segment_bytes);
+  int err = ftruncate(fd, (off_t)o->segment_bytes) == 0 ? 0 : errno;
+  if (err == 0)
+    err = posix_fallocate(fd, 0, SHM_HEADER_BYTES);
   hoop_result_t res = HOOP_SUCCESS;
   if (err != 0)
     res = HOOP_ERROR(NULL, HOOP_ERR_SYSTEM,
-                     "cannot reserve %llu bytes in /dev/shm for %s: %s "
-                     "(see df /dev/shm; HOOP_SHM_SLOTS and "
-                     "HOOP_SHM_SLOT_BYTES make segments smaller, "
-                     "HOOP_TRANSPORT=tcp avoids them)",
-                     (unsigned long long)o->segment_bytes, c->base.peer_desc,
-                     strerror(err));
+                     "cannot make a segment of %llu bytes (%d of them now) "
+                     "in /dev/shm for %s: %s (see df /dev/shm; "
+                     "HOOP_SHM_SLOTS and HOOP_SHM_SLOT_BYTES make segments "
+                     "smaller, HOOP_TRANSPORT=tcp avoids them)",
+                     (unsigned long long)o->segment_bytes, SHM_HEADER_BYTES,
+                     c->base.peer_desc, strerror(err));
   else
     res = map_segment(c, fd, o->segment_bytes, o->name);
   close(fd);
@@ -479,6 +579,7 @@ static hoop_result_t shm_connect(const struct hoop_conn_setup *setup,
   if (c == NULL)
     return HOOP_ERROR(NULL, HOOP_ERR_NO_MEMORY, "shm connection");
   c->fd = -1;
+  c->seg_fd = -1;
   hoop__conn_init(&c->base, &hoop__shm_transport, setup);
   HOOP_CHECK_GOTO(setup->open_socket(setup->ctx, &c->fd), res, out_close);
   bool lower = setup->rank < setup->peer;
@@ -496,6 +597,7 @@ static hoop_result_t shm_connect(const struct hoop_conn_setup *setup,
   c->fifo.in_head = &c->in->head;
   c->fifo.signal = &shm_signal;
   c->fifo.ctx = c;
+  c->fifo.restart = SHM_RESTART_BYTES;
   /* The setting was checked when the communicator was made. */
   switch (hoop__parse_shm_stores(hoop__param_shm_stores())) {
   case HOOP_SHM_STORES_PLAIN: c->fifo.stores = HOOP_FIFO_PLAIN; break;

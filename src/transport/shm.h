@@ -1,7 +1,8 @@
 /*
  * The one message of the shm transport that crosses between processes:
  * the segment the lower rank offers over the set-up socket.  Apart from
- * shm.c so that its fuzz target (tests/fuzz) can reach the parser.
+ * shm.c so that its fuzz target (tests/fuzz) can reach the parser, and
+ * the tests its one hook.
  */
 #ifndef HOOP_SHM_H
 #define HOOP_SHM_H
@@ -27,5 +28,12 @@ struct hoop_shm_offer {
 bool hoop__shm_offer_parse(const void *bytes, size_t len,
                            struct hoop_shm_offer *out, char *why,
                            size_t why_len);
+
+/*
+ * For tests: connections made while this is set grow their rings with
+ * posix_fallocate, as on kernels without MADV_POPULATE_WRITE (before
+ * Linux 5.14), instead of populating the mapping.
+ */
+extern bool hoop__shm_grow_by_fallocate;
 
 #endif /* HOOP_SHM_H */
