@@ -4,6 +4,7 @@
 // and how the job ends: exit codes, stopping the other ranks, timeouts and
 // signals, with no process left behind.
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -507,6 +508,73 @@ TEST(Launcher, RankKilledBySignalGives128PlusTheSignal) {
   EXPECT_LT(job.seconds, 10);
   EXPECT_NE(job.err.find("rank 0 (pid "), std::string::npos) << job.err;
   EXPECT_NE(job.err.find("killed by signal 9"), std::string::npos) << job.err;
+}
+
+// What /dev/shm holds under hoop's names for a process ("hoop-<pid>-...").
+std::vector<std::string> SegmentsOf(pid_t pid) {
+  std::vector<std::string> names;
+  std::string prefix = "hoop-" + std::to_string(pid) + "-";
+  DIR* dir = opendir("/dev/shm");
+  if (dir == nullptr) return names;
+  for (struct dirent* e; (e = readdir(dir)) != nullptr;)
+    if (strncmp(e->d_name, prefix.c_str(), prefix.size()) == 0)
+      names.push_back(e->d_name);
+  closedir(dir);
+  return names;
+}
+
+// A rank killed while it held segments its peers had not yet mapped: hoop
+// names them by the creator's pid, and hoop-run removes a dead process's,
+// and nobody else's.
+TEST(Launcher, SegmentsThatADeadRankLeftAreRemoved) {
+  struct Decoy {
+    std::string path =
+        "/dev/shm/hoop-" + std::to_string(getpid()) + "-decoy";
+    ~Decoy() { unlink(path.c_str()); }
+  } mine;
+  int fd = open(mine.path.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+  ASSERT_GE(fd, 0) << strerror(errno);
+  close(fd);
+  const char script[] =
+      "if [ $HOOP_RANK = 0 ]; then echo pid $$; "
+      ": >/dev/shm/hoop-$$-1-a; : >/dev/shm/hoop-$$-1-b; kill -9 $$; fi; "
+      "exec sleep 30";
+  Launch job(ShArgs(script, 2));
+  EXPECT_EQ(job.Wait(), 128 + SIGKILL) << job.err;
+  std::vector<pid_t> pids = ReportedPids(job.out);
+  ASSERT_EQ(pids.size(), 1u) << job.out;
+  EXPECT_TRUE(SegmentsOf(pids[0]).empty()) << "pid " << pids[0];
+  EXPECT_NE(job.err.find("removed 2 shared-memory segment(s)"),
+            std::string::npos)
+      << job.err;
+  EXPECT_EQ(SegmentsOf(getpid()).size(), 1u);
+}
+
+// Ranks of a real job killed at moments spread over set-up and the first
+// calls, connecting at init and on first use: whatever segments were
+// half made, nothing of theirs stays in /dev/shm (segments are unlinked
+// once both ends map them, a survivor unlinks the one its failed peer
+// never mapped, and hoop-run removes what the dead left).
+TEST(Launcher, KillsDuringSetUpLeaveDevShmClean) {
+  if (HOOP_BENCH_PATH[0] == '\0')
+    GTEST_SKIP() << "built without hoop-bench (HOOP_BUILD_BENCH=OFF)";
+  for (const char* connect : {"0", "1"}) {
+    for (const char* delay : {"0.02", "0.1", "0.3"}) {
+      std::string script =
+          std::string("echo pid $$; if [ $HOOP_RANK = 2 ]; then "
+                      "(sleep ") + delay + "; kill -9 $$) & fi; exec " +
+          HOOP_BENCH_PATH + " -b 1K -e 4M -f 4 -n 2 -w 1 -c 1";
+      Launch job(ShArgs(script, 4), {{"HOOP_RUNTIME_CONNECT", connect}});
+      int code = job.Wait(60);
+      std::vector<pid_t> pids = ReportedPids(job.out);
+      SCOPED_TRACE(std::string("HOOP_RUNTIME_CONNECT=") + connect +
+                   ", kill after " + delay + " s, exit " +
+                   std::to_string(code) + "\n" + job.err);
+      EXPECT_EQ(pids.size(), 4u) << job.out;
+      for (pid_t pid : pids)
+        EXPECT_TRUE(SegmentsOf(pid).empty()) << "pid " << pid;
+    }
+  }
 }
 
 TEST(Launcher, TimeoutGives124AndNamesTheRanks) {

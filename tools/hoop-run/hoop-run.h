@@ -134,6 +134,15 @@ _Noreturn void die(const struct job *job, const char *fmt, ...);
 
 /* ---- procs.c ---- */
 
+/*
+ * Removes what a dead process of the job left in /dev/shm, and says how
+ * many: hoop names its segments "/hoop-<pid of the creator>-..."
+ * (src/transport/shm.c, cuda_ipc.c) and unlinks each as soon as its peer
+ * has mapped it, so only a process killed while it set a connection up
+ * leaves any.  The pid is the one just reaped, so no live process has it.
+ */
+int remove_shm_left_by(pid_t pid);
+
 void install_signal_handlers(const struct job *job);
 /* The pipe on which signals arrive as bytes holding their numbers. */
 int signal_fd(void);

@@ -188,6 +188,10 @@ static void reap_children(struct job *job)
        children that whoever exec'd us left behind. */
     if (r >= 0)
       on_rank_exit(job, r, pid, status);
+    int left = remove_shm_left_by(pid);
+    if (left > 0)
+      notice("removed %d shared-memory segment(s) that pid %ld left in "
+             "/dev/shm", left, (long)pid);
   }
   if (reaped)
     forget_empty_groups(job);

@@ -4,6 +4,7 @@
  * namespaces, and fork and exec.
  */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -329,4 +330,25 @@ void start_rank(struct job *job, int rank)
     open_stream(job, rank, 0, out[0]);
     open_stream(job, rank, 1, err[0]);
   }
+}
+
+/* ---- what dead ranks leave behind ---- */
+
+int remove_shm_left_by(pid_t pid)
+{
+  char prefix[32];
+  int removed = 0;
+  DIR *dir = opendir("/dev/shm");
+
+  if (dir == NULL)
+    return 0;
+  snprintf(prefix, sizeof prefix, "hoop-%ld-", (long)pid);
+  size_t len = strlen(prefix);
+  for (struct dirent *e; (e = readdir(dir)) != NULL;) {
+    if (strncmp(e->d_name, prefix, len) == 0 &&
+        unlinkat(dirfd(dir), e->d_name, 0) == 0)
+      removed++;
+  }
+  closedir(dir);
+  return removed;
 }
