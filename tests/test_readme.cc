@@ -104,6 +104,11 @@ const std::vector<RunHere> &runs() {
       {"build/tools/hoop-run -n 2 build/tools/hoop-info",
        {"topology", "predicted all-reduce time"},
        ""},
+      {"build/tools/hoop-sim --hosts 8 --ranks-per-host 8 -a all --sizes "
+       "4K,1M",
+       // AUTO's row at 1 MiB: the model picks the ring, the fastest.
+       {"# auto: the cost model", "\\n +1M +ring +[0-9.]+ +ring "},
+       ""},
   };
   return list;
 }

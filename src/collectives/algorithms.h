@@ -36,6 +36,16 @@ struct hoop_call {
   bool uncounted;
 };
 
+/*
+ * This rank's plan of a checked call, from the builder its algorithm
+ * names; a ring gets the channels and pipeline depth the communicator's
+ * settings give it, and its outbox in the communicator's scratch.  The
+ * one place that maps a call to a builder: the library's calls and
+ * tools/hoop-sim both come here.
+ */
+hoop_result_t hoop__collective_build(struct hoop_plan *plan,
+                                     const struct hoop_call *call);
+
 /* Double binary tree: allreduce, broadcast and reduce. */
 hoop_result_t hoop__tree_build(struct hoop_plan *plan,
                                const struct hoop_call *call);
@@ -46,6 +56,15 @@ hoop_result_t hoop__tree_build(struct hoop_plan *plan,
  * any rank reduces.  For the cost model; tree.c owns the trees' shape.
  */
 void hoop__tree_allreduce_load(int nranks, int *max_sent, int *max_reduced);
+
+/*
+ * The same all-reduce across hosts that share one link each
+ * (host_index[r]: rank r's host, numbered from 0): the most half-buffers
+ * that one host's ranks send to other hosts (as many come back), or -1
+ * when out of memory.  The trees are laid out by rank, so ranks of one
+ * host share their host's link with their other-host edges.
+ */
+int hoop__tree_allreduce_host_load(int nranks, const int *host_index);
 
 /* Parameter server (root = call->root): allreduce. */
 hoop_result_t hoop__ps_build(struct hoop_plan *plan,

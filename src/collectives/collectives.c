@@ -172,7 +172,8 @@ static hoop_result_t build_ring(struct hoop_plan *plan,
   return hoop__ring_build(plan, &rc);
 }
 
-static hoop_result_t build(struct hoop_plan *plan, const struct hoop_call *c) {
+hoop_result_t hoop__collective_build(struct hoop_plan *plan,
+                                     const struct hoop_call *c) {
   if (c->coll == HOOP_COLL_BROADCAST || c->coll == HOOP_COLL_REDUCE)
     return c->algo == HOOP_ALGO_TREE ? hoop__tree_build(plan, c)
                                      : hoop__chain_build(plan, c);
@@ -282,7 +283,7 @@ static hoop_result_t build_plan(struct hoop_comm *comm,
       .nchannels = 1,
       .algo = (uint8_t)c->algo,
   };
-  hoop_result_t res = build(plan, c);
+  hoop_result_t res = hoop__collective_build(plan, c);
   /* Building may move the scratch that this plan and others point into. */
   plan->key = *key;
   plan->key.scratch_gen = comm->scratch_gen;

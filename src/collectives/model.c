@@ -134,13 +134,50 @@ static double host_bytes(const struct hoop_comm *comm, hoop_coll_t coll,
   return busiest > total / cores ? busiest : total / cores;
 }
 
+/*
+ * An all-reduce across hosts with several ranks each, whose ranks share
+ * their host's link: the hops and link bytes above assume a link per rank.
+ * The ring follows the hosts (topology.c), so of its 2(N-1) sequential
+ * hops only the share that crosses hosts, M of every N, pays the network's
+ * latency (a hop between cores has no price here), and each host's link
+ * carries one ring edge each way, as one rank's would.  The trees are laid
+ * out by rank: a host's link carries every half-buffer its ranks exchange
+ * with other hosts.  The server's host link carries the bytes of every
+ * rank off the root's host.  hoop-sim showed the need: on 8-64 hosts of 8
+ * ranks this model picked the tree where the ring was 8 to 15 times
+ * faster (bench/results/2026-11-28-hoop-sim.md).
+ */
+static void shared_links(const struct hoop_comm *comm, hoop_algo_t algo,
+                         double k, double *hops_out, double *bytes_out) {
+  int n = comm->nranks, hosts = 0, with_root = 0;
+  for (int r = 0; r < n; r++) {
+    hosts = comm->host_index[r] + 1 > hosts ? comm->host_index[r] + 1 : hosts;
+    with_root += comm->host_index[r] == comm->host_index[0];
+  }
+  if (hosts >= n)
+    return;
+  if (algo == HOOP_ALGO_RING) {
+    *hops_out = *hops_out * hosts / n;
+  } else if (algo == HOOP_ALGO_TREE) {
+    int halves = hoop__tree_allreduce_host_load(n, comm->host_index);
+    if (halves >= 0)
+      *bytes_out = halves * k / 2 / TREE_LINK_EFFICIENCY;
+  } else if (algo == HOOP_ALGO_PS) {
+    *bytes_out = (n - with_root) * k;
+  }
+}
+
 double hoop__predict(const struct hoop_comm *comm, hoop_coll_t coll,
                      hoop_algo_t algo, size_t bytes) {
   double n = comm->nranks, k = (double)bytes;
-  double latency = hops(coll, algo, n) * comm->alpha_s;
+  double nhops = hops(coll, algo, n);
   if (comm->single_host)
-    return latency + host_bytes(comm, coll, algo, n, k) * comm->host_beta_s;
-  return latency + link_bytes(coll, algo, n, k) * comm->beta_s;
+    return nhops * comm->alpha_s +
+           host_bytes(comm, coll, algo, n, k) * comm->host_beta_s;
+  double nbytes = link_bytes(coll, algo, n, k);
+  if (coll == HOOP_COLL_ALLREDUCE || coll == HOOP_COLL_BARRIER)
+    shared_links(comm, algo, k, &nhops, &nbytes);
+  return nhops * comm->alpha_s + nbytes * comm->beta_s;
 }
 
 hoop_algo_t hoop__choose_algo(const struct hoop_comm *comm,

@@ -11,6 +11,7 @@
  * ticks are offset by the number of slices): up depends only on children
  * and down only on parents, so no link can wait on itself.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "collectives/algorithms.h"
@@ -52,6 +53,30 @@ void hoop__tree_allreduce_load(int nranks, int *max_sent, int *max_reduced) {
     *max_sent = sent > *max_sent ? sent : *max_sent;
     *max_reduced = reduced > *max_reduced ? reduced : *max_reduced;
   }
+}
+
+int hoop__tree_allreduce_host_load(int nranks, const int *host_index) {
+  int hosts = 0;
+  for (int r = 0; r < nranks; r++)
+    hosts = host_index[r] + 1 > hosts ? host_index[r] + 1 : hosts;
+  int *out = calloc((size_t)hosts, sizeof *out);
+  if (out == NULL)
+    return -1;
+  int most = 0;
+  for (int r = 0; r < nranks; r++) {
+    for (int tree = 0; tree < 2; tree++) {
+      struct tree_node nd = heap_node(
+          nranks, tree == 0 ? r : nranks - 1 - r,
+          tree == 0 ? rank_direct : rank_mirror, 0);
+      int h = host_index[r];
+      out[h] += nd.parent >= 0 && host_index[nd.parent] != h;
+      for (int c = 0; c < nd.nchildren; c++)
+        out[h] += host_index[nd.children[c]] != h;
+      most = out[h] > most ? out[h] : most;
+    }
+  }
+  free(out);
+  return most;
 }
 
 struct tree_part {
