@@ -256,9 +256,10 @@ void hoop__comm_report_stall(struct hoop_comm *comm);
  * connection that this rank's plan needs).  Ranks whose calls differ plan
  * different connections, and each may wait for a peer that is connecting
  * elsewhere, in a cycle that only the timeout would end; the header check
- * on the links (engine.c) catches only ranks that are connected.  Anything
- * else (no answer, the peer behind, send/recv, no plan) is HOOP_SUCCESS:
- * the wait goes on, bounded by the timeout.
+ * on the links (engine.c) catches only ranks that are connected.  A peer
+ * whose listener refuses the question has gone (HOOP_ERR_REMOTE).
+ * Anything else (no answer, the peer behind, send/recv, no plan) is
+ * HOOP_SUCCESS: the wait goes on, bounded by the timeout.
  */
 hoop_result_t hoop__comm_check_agreement(struct hoop_comm *comm, int peer);
 

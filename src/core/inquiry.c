@@ -521,6 +521,20 @@ hoop_result_t hoop__comm_check_agreement(struct hoop_comm *comm, int peer) {
   struct asked a = {.fd = -1, .step = UNASKED};
   if (!ask(comm, peer, peer, &a, AGREEMENT_ANSWER_MS))
     return HOOP_ERR_REMOTE; /* a notice, already the last error */
+  char desc[128], me[240], them[240];
+  hoop__peer_desc(comm, peer, desc, sizeof desc);
+  hoop__describe_call(mine, me, sizeof me);
+  /*
+   * Every rank listens until it destroys its communicator, so a refused
+   * question means the peer has gone without a notice (it aborted, or
+   * exited), and the connection it owes will never come.
+   */
+  if (a.step == GONE)
+    return HOOP_ERROR(comm, HOOP_ERR_REMOTE,
+                      "%s has gone (its listener refused this rank's "
+                      "question) while this rank, in %s, waited to connect "
+                      "with it",
+                      desc, me);
   if (a.step != ANSWERED || a.where.state != HOOP_AT_CALL ||
       a.where.seq < comm->seq)
     return HOOP_SUCCESS;
@@ -528,9 +542,6 @@ hoop_result_t hoop__comm_check_agreement(struct hoop_comm *comm, int peer) {
               (a.where.in_plan && a.where.plan.coll == HOOP_COLL_SENDRECV);
   if (!past && (!a.where.in_plan || hoop__wire_same_call(mine, &a.where.plan)))
     return HOOP_SUCCESS;
-  char desc[128], me[240], them[240];
-  hoop__peer_desc(comm, peer, desc, sizeof desc);
-  hoop__describe_call(mine, me, sizeof me);
   if (past)
     return HOOP_ERROR(comm, HOOP_ERR_MISMATCH,
                       "ranks disagree: this rank called %s and waits to "
