@@ -84,6 +84,11 @@ def train(model_class, group, rank):
 
 def rank_main(rank, n, gloo):
     import hoop_torch
+    # Debian 13's PyTorch 2.6 now and then computes NaN gradients in the
+    # CNN's convolutions through oneDNN under DDP, over gloo alone as over
+    # hoop, and never with oneDNN off: bench/results/
+    # 2026-11-28-torch26-onednn-nan.md.  The comparison is of the all-reduce.
+    torch.backends.mkldnn.enabled = False
     ok = True
     models = dict(example().MODELS, sparse=SparseEmbedding)
     for name, model_class in sorted(models.items()):
@@ -96,8 +101,9 @@ def rank_main(rank, n, gloo):
         for i, (h, g) in enumerate(zip(hoop, reference)):
             if not torch.allclose(h, g, rtol=1e-4, atol=1e-5):
                 print(f"rank {rank}: {name} parameter {i}: hoop and gloo "
-                      f"differ by {(h - g).abs().max().item():.3g}",
-                      flush=True)
+                      f"differ by {(h - g).abs().max().item():.3g} (finite: "
+                      f"hoop {h.isfinite().all().item()}, "
+                      f"gloo {g.isfinite().all().item()})", flush=True)
                 ok = False
         moved = sum(not torch.equal(h, s) for h, s in zip(hoop, start))
         calls = after - before
