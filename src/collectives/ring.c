@@ -181,13 +181,17 @@ static hoop_result_t build_channel(struct hoop_plan *plan,
   /*
    * At tick t, step k carries slice t - k * depth (see engine.h).  In-step
    * k is the left neighbour's out-step k, so both use the key (tick, k).
+   * Only the steps with a slice at tick t are visited, those with
+   * t - rounds < k * depth <= t, so a plan costs what it holds: O(N) ops
+   * for a small call, not the O(N^2) of every (tick, step) pair.
    */
   for (size_t t = 0; t < ticks; t++) {
-    for (int k = 0; k < rc->nsteps; k++) {
-      size_t lag = (size_t)k * depth;
-      if (t < lag || t - lag >= rounds)
-        continue;
-      size_t round = t - lag;
+    size_t k_first = t < rounds ? 0 : (t - rounds) / depth + 1;
+    size_t k_last = t / depth;
+    if (k_last > (size_t)rc->nsteps - 1)
+      k_last = (size_t)rc->nsteps - 1;
+    for (int k = (int)k_first; k <= (int)k_last; k++) {
+      size_t round = t - (size_t)k * depth;
       uint64_t key = hoop__key(t, (uint32_t)k);
       size_t first = window(rc->steps[0].bytes, round, slice);
       if (k == 0 && first > 0) {
