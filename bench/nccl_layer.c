@@ -19,22 +19,12 @@
 #include <unistd.h>
 
 #include "hoop.h"
+#include "timing.h"
 #if NCCL_LAYER_CUDA
 #include <cuda_runtime.h>
 #endif
 
 static int on_device; /* -m cuda */
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
 
 static double median(double *v, int n) {
   qsort(v, (size_t)n, sizeof *v, cmp_double);

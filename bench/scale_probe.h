@@ -13,19 +13,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "timing.h"
+
 #define SMALL_COUNT 1024 /* 4 KiB of floats */
 #define REPEATS 50
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
 
 /* Rank r contributes r + 1, so every element of the sum is N(N+1)/2. */
 static void fill(float *buf, size_t count, int rank) {
