@@ -66,7 +66,11 @@ void hoop__tree_allreduce_load(int nranks, int *max_sent, int *max_reduced);
  */
 int hoop__tree_allreduce_host_load(int nranks, const int *host_index);
 
-/* Parameter server (root = call->root): allreduce. */
+/*
+ * Parameter server (root = call->root): allreduce, in pieces of at most
+ * HOOP_PS_PIECE_BYTES (less where the slice is smaller).
+ */
+#define HOOP_PS_PIECE_BYTES ((size_t)64 << 10)
 hoop_result_t hoop__ps_build(struct hoop_plan *plan,
                              const struct hoop_call *call);
 

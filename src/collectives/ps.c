@@ -21,13 +21,12 @@
 #include "core/comm.h"
 #include "core/error.h"
 
-#define PS_PIECE_BYTES ((size_t)64 << 10)
 #define PS_WINDOW 4
 
 /* A multiple of every element size, as call->slice_bytes is. */
 static size_t piece_bytes(const struct hoop_call *call) {
-  return call->slice_bytes < PS_PIECE_BYTES ? call->slice_bytes
-                                            : PS_PIECE_BYTES;
+  return call->slice_bytes < HOOP_PS_PIECE_BYTES ? call->slice_bytes
+                                                 : HOOP_PS_PIECE_BYTES;
 }
 
 static hoop_result_t build_worker(struct hoop_plan *plan,

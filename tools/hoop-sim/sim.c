@@ -27,9 +27,6 @@
 #include "core/engine.h"
 #include "core/types.h"
 
-/* ps.c's piece (PS_PIECE_BYTES), which bounds how far its plans scale. */
-#define SIM_PS_PIECE_BYTES ((size_t)64 << 10)
-
 void hoop_sim_config_default(struct hoop_sim_config *cfg) {
   *cfg = (struct hoop_sim_config){
       .hosts = 1,
@@ -170,8 +167,8 @@ static uint64_t max_scale(const struct hoop_comm *comm, hoop_algo_t algo,
     unit = count / (size_t)comm->nranks;
   else if (algo == HOOP_ALGO_TREE)
     unit = count / 2;
-  else if (algo == HOOP_ALGO_PS && slice > SIM_PS_PIECE_BYTES / 4)
-    slice = SIM_PS_PIECE_BYTES / 4;
+  else if (algo == HOOP_ALGO_PS && slice > HOOP_PS_PIECE_BYTES / 4)
+    slice = HOOP_PS_PIECE_BYTES / 4;
   uint64_t s = 1;
   while (slice > 0 && (size_t)(s * 2) * slice <= unit)
     s *= 2;
