@@ -149,20 +149,19 @@ static double host_bytes(const struct hoop_comm *comm, hoop_coll_t coll,
  */
 static void shared_links(const struct hoop_comm *comm, hoop_algo_t algo,
                          double k, double *hops_out, double *bytes_out) {
-  int n = comm->nranks, hosts = 0, with_root = 0;
-  for (int r = 0; r < n; r++) {
-    hosts = comm->host_index[r] + 1 > hosts ? comm->host_index[r] + 1 : hosts;
-    with_root += comm->host_index[r] == comm->host_index[0];
-  }
+  int n = comm->nranks, hosts = comm->nhosts;
   if (hosts >= n)
     return;
   if (algo == HOOP_ALGO_RING) {
     *hops_out = *hops_out * hosts / n;
   } else if (algo == HOOP_ALGO_TREE) {
-    int halves = hoop__tree_allreduce_host_load(n, comm->host_index);
+    int halves = hoop__tree_allreduce_host_load(n, comm->host_index, hosts);
     if (halves >= 0)
       *bytes_out = halves * k / 2 / TREE_LINK_EFFICIENCY;
   } else if (algo == HOOP_ALGO_PS) {
+    int with_root = 0;
+    for (int r = 0; r < n; r++)
+      with_root += comm->host_index[r] == comm->host_index[0];
     *bytes_out = (n - with_root) * k;
   }
 }

@@ -55,10 +55,8 @@ void hoop__tree_allreduce_load(int nranks, int *max_sent, int *max_reduced) {
   }
 }
 
-int hoop__tree_allreduce_host_load(int nranks, const int *host_index) {
-  int hosts = 0;
-  for (int r = 0; r < nranks; r++)
-    hosts = host_index[r] + 1 > hosts ? host_index[r] + 1 : hosts;
+int hoop__tree_allreduce_host_load(int nranks, const int *host_index,
+                                    int hosts) {
   int *out = calloc((size_t)hosts, sizeof *out);
   if (out == NULL)
     return -1;

@@ -85,6 +85,7 @@ struct hoop_comm {
   int single_host;       /* every rank shares this rank's host */
   int host_memory;       /* ... and reaches all of them through memory */
   int *host_index;       /* [nranks], numbered at creation (topology.c) */
+  int nhosts;            /* how many numbers host_index holds */
   /*
    * The ring's order: ranks by host (in host_index order), then by rank,
    * so that a ring crosses each host's link twice however the launcher

@@ -75,6 +75,7 @@ hoop_result_t hoop__comm_index_hosts(struct hoop_comm *comm) {
   for (int r = 0; r < n; r++)
     index[r] = lowest[r] == r ? hosts++ : index[lowest[r]];
   comm->host_index = index;
+  comm->nhosts = hosts;
   free(order);
   order_ring(comm, hosts, lowest);
   free(lowest);
