@@ -47,8 +47,12 @@ IMPLS = ("hoop-eager", "hoop-lazy", "mpi")
 MIB = 1 << 20
 GIB = 1 << 30
 # One pair's segment at the default HOOP_SHM_SLOT_BYTES x HOOP_SHM_SLOTS:
-# a 4 KiB header and two 2 MiB rings (src/transport/shm.c).
+# a 4 KiB header and two 2 MiB rings (src/transport/shm.c), which fill as
+# they are used, 64 KiB at a time: a pair that carried only small calls
+# holds its header and one step each way, one that carried a large call
+# all of it.
 SEGMENT_BYTES = 4096 + 2 * 8 * 256 * 1024
+SEGMENT_SMALL_BYTES = 4096 + 2 * 64 * 1024
 # Per rank beyond its segments, from runs at 2 to 256 ranks (12 to 16 MiB
 # for hoop and Open MPI alike), with room.
 RANK_BYTES = 32 * MIB
@@ -88,11 +92,15 @@ def parse_args(argv):
                    help=f"seconds per launch, at most {MAX_TIMEOUT}")
     p.add_argument("--large-mib", type=int, default=0,
                    help="also time one all-reduce of this many MiB per rank")
+    p.add_argument("--alltoall", type=int, default=0, metavar="BYTES",
+                   help="also time one all-to-all of this many bytes per "
+                   "peer, then a barrier")
     p.add_argument("--json", type=Path, help="every run's row, raw")
     a = p.parse_args(argv)
-    if a.repeats < 1 or not 1 <= a.timeout <= MAX_TIMEOUT or a.large_mib < 0:
+    if (a.repeats < 1 or not 1 <= a.timeout <= MAX_TIMEOUT or
+            a.large_mib < 0 or a.alltoall < 0):
         p.error(f"need --repeats >= 1, 1 <= --timeout <= {MAX_TIMEOUT}, "
-                "--large-mib >= 0")
+                "--large-mib >= 0, --alltoall >= 0")
     return a
 
 
@@ -142,23 +150,24 @@ def job_cpu():
     return ru.ru_utime + ru.ru_stime
 
 
-def eager_shm_bytes(n):
-    return n * (n - 1) // 2 * SEGMENT_BYTES
-
-
-def estimate(impl, n, large_mib):
-    """(bytes of /dev/shm, bytes of memory in all) a launch needs. Lazy: a
-    rank's segments are its ring neighbours' and, where auto picks the
-    parameter server, rank 0's with every rank, so about 2N in all. Each
-    rank holds the large buffer and about as much again in scratch."""
-    shm = {"hoop-eager": eager_shm_bytes(n),
-           "hoop-lazy": 2 * n * SEGMENT_BYTES,
-           "mpi": n * 4 * MIB}[impl]
+def estimate(impl, n, large_mib, alltoall):
+    """(bytes of /dev/shm, bytes of memory in all) a launch needs. Eager,
+    and an all-to-all: every pair has a segment. Lazy: a rank's segments
+    are its ring neighbours' and, where auto picks the parameter server,
+    rank 0's with every rank, so about 2N in all. A large call fills the
+    ring's N segments. Each rank holds the large buffer and about as much
+    again in scratch."""
+    pairs = (n * (n - 1) // 2 if impl == "hoop-eager" or alltoall
+             else 2 * n)
+    shm = pairs * SEGMENT_SMALL_BYTES + (n * SEGMENT_BYTES if large_mib
+                                         else 0)
+    if impl == "mpi":
+        shm = n * 4 * MIB
     return shm, shm + n * (RANK_BYTES + 2 * large_mib * MIB)
 
 
-def skip_reason(impl, n, large_mib):
-    shm, total = estimate(impl, n, large_mib)
+def skip_reason(impl, n, large_mib, alltoall):
+    shm, total = estimate(impl, n, large_mib, alltoall)
     if impl == "hoop-eager" and shm > meminfo("MemTotal") / 2:
         return f"skipped: needs ~{shm / GIB:.1f} GiB of /dev/shm"
     avail = meminfo("MemAvailable")
@@ -172,7 +181,8 @@ def skip_reason(impl, n, large_mib):
 
 
 def command(a, impl, n):
-    probe_args = ["-l", str(a.large_mib)] if a.large_mib else []
+    probe_args = (["-l", str(a.large_mib)] if a.large_mib else []) + (
+        ["-a", str(a.alltoall)] if a.alltoall else [])
     if impl == "mpi":
         return ([shutil.which("mpirun") or "mpirun"] +
                 (["--allow-run-as-root"] if os.geteuid() == 0 else []) +
@@ -324,6 +334,10 @@ def summary(row):
         "wall": row["wall_s"],
         "large": (max(r["large_s"] for r in ranks)
                   if "large_s" in ranks[0] else None),
+        "alltoall": (max(r["alltoall_s"] for r in ranks)
+                     if "alltoall_s" in ranks[0] else None),
+        "barrier": (max(r["barrier_s"] for r in ranks)
+                    if "barrier_s" in ranks[0] else None),
         "algos": ",".join(sorted({r.get("algos", "") for r in ranks}
                                  - {""})),
     }
@@ -334,13 +348,26 @@ COLUMNS = ["N", "impl", "init s (max)", "first call s (max)",
            "fds (max)", "/dev/shm peak MB", "wall s", "x MPI init+first"]
 
 
-def cells(n, impl, s, ratio, large):
+# Key, column title and the factor from seconds to the column's unit.
+OPTIONAL = (("large", "large s (max)", 1),
+            ("alltoall", "all-to-all ms (max)", 1e3),
+            ("barrier", "barrier ms (max)", 1e3))
+
+
+def optional_columns(a):
+    """The OPTIONAL keys this run measures."""
+    return [k for k, _, _ in OPTIONAL
+            if (a.large_mib if k == "large" else a.alltoall)]
+
+
+def cells(n, impl, s, ratio, keys):
     c = [str(n), impl, f"{s['init']:.3f}", f"{s['first']:.3f}",
          f"{s['both']:.3f}", f"{s['call']:.0f}", f"{s['rss']:.1f}",
          f"{s['fds']:.0f}", f"{s['shm']:.1f}", f"{s['wall']:.1f}",
          "" if ratio is None else f"{ratio:.2f}"]
-    if large:
-        c.append("" if s["large"] is None else f"{s['large']:.3f}")
+    for k, _, factor in OPTIONAL:
+        if k in keys:
+            c.append("" if s[k] is None else f"{s[k] * factor:.3f}")
     return c
 
 
@@ -362,8 +389,8 @@ def ratio_of(rows, s):
 def report(a, results):
     """results: {(n, repeat): {impl: row}}. Prints per-run and median
     tables."""
-    header = COLUMNS + (["large s (max)"] if a.large_mib else []) + [
-        "status"]
+    keys = optional_columns(a)
+    header = COLUMNS + [t for k, t, _ in OPTIONAL if k in keys] + ["status"]
     settings = sorted(f"{k}={v}" for k, v in os.environ.items()
                       if k.startswith(("HOOP_", "OMPI_MCA_")))
     print("hoop's and Open MPI's settings from the environment: " +
@@ -381,7 +408,7 @@ def report(a, results):
                                [row["status"]])
                 continue
             ratio = ratio_of(rows, s) if impl != "mpi" else None
-            per_run.append(cells(n, impl, s, ratio, a.large_mib) + [
+            per_run.append(cells(n, impl, s, ratio, keys) + [
                 f"rep {rep + 1}; {s['algos'] or 'ok'}; others "
                 f"{row['other_cpus_busy']:.1f} CPU"])
     print("## Every run\n")
@@ -404,8 +431,9 @@ def report(a, results):
             med = {k: statistics.median(s[k] for s, _ in oks)
                    for k in ("init", "first", "both", "call", "rss", "fds",
                              "shm", "wall")}
-            larges = [s["large"] for s, _ in oks if s["large"] is not None]
-            med["large"] = statistics.median(larges) if larges else None
+            for k in keys:
+                got = [s[k] for s, _ in oks if s[k] is not None]
+                med[k] = statistics.median(got) if got else None
             ratios = [ratio_of(r, s) for s, r in oks if impl != "mpi"]
             ratios = [x for x in ratios if x is not None]
             ratio = statistics.median(ratios) if ratios else None
@@ -414,7 +442,7 @@ def report(a, results):
             note = f"{len(oks)}/{len(runs)} ok" + (
                 "; " + "; ".join(bad) if bad else "") + (
                 "; " + " ".join(algos) if algos else "")
-            medians.append(cells(n, impl, med, ratio, a.large_mib) + [note])
+            medians.append(cells(n, impl, med, ratio, keys) + [note])
     print(f"\n\"others\": CPUs kept busy by other work during the launch "
           f"(all busy CPU time less the launch's, over its wall time; "
           f"{os.cpu_count()} CPUs here). Other work also shares /dev/shm.")
@@ -448,7 +476,7 @@ def main(argv):
         for rep in range(a.repeats):
             rows = results.setdefault((n, rep), {})
             for impl in a.impls:
-                why = skip_reason(impl, n, a.large_mib)
+                why = skip_reason(impl, n, a.large_mib, a.alltoall)
                 if why:
                     row = {"impl": impl, "nranks": n, "status": why}
                 else:

@@ -9,8 +9,9 @@
  * communicator is destroyed, the algorithms those calls ran (auto's pick
  * decides which peers a rank connects to), the rank's peak RSS and open
  * descriptors.
- * -l MIB also times one all-reduce of MIB MiB.  Every call's result is
- * checked: rank r contributes r + 1, so each element must be N(N+1)/2,
+ * -l MIB also times one all-reduce of MIB MiB; -a BYTES one all-to-all of
+ * BYTES per peer (int32s, rounded down, at least one), then a barrier.
+ * Every call's result is checked: rank r contributes r + 1, so each element must be N(N+1)/2,
  * which a float holds exactly for the sums of integers this small.  A
  * wrong element or a failed call ends the rank with status 1.
  */
@@ -44,6 +45,34 @@ static void algos_run(hoop_comm_t comm, char *out, size_t len) {
   }
 }
 
+/* One checked all-to-all of `bytes` per peer, then a barrier. */
+static size_t alltoall_and_barrier(hoop_comm_t comm, long bytes, int rank,
+                                   int nranks, double *alltoall_s,
+                                   double *barrier_s) {
+  size_t count = bytes >= (long)sizeof(int) ? (size_t)bytes / sizeof(int) : 1;
+  int *send = malloc(count * (size_t)nranks * sizeof(int));
+  int *recv = malloc(count * (size_t)nranks * sizeof(int));
+  if (send == NULL || recv == NULL) {
+    fprintf(stderr, "hoop-scale-probe: rank %d: no memory for all-to-all\n",
+            rank);
+    exit(1);
+  }
+  fill_alltoall(send, count, rank, nranks);
+  double t0 = now_s();
+  hoop_result_t res = hoop_alltoall(comm, send, recv, count, HOOP_I32, NULL);
+  *alltoall_s = now_s() - t0;
+  if (res != HOOP_SUCCESS)
+    fail(comm, "hoop_alltoall", res);
+  size_t wrong = count_wrong_alltoall(PROG, recv, count, rank, nranks);
+  free(send);
+  free(recv);
+  t0 = now_s();
+  if ((res = hoop_barrier(comm)) != HOOP_SUCCESS)
+    fail(comm, "hoop_barrier", res);
+  *barrier_s = now_s() - t0;
+  return wrong;
+}
+
 static double timed_allreduce(hoop_comm_t comm, float *buf, size_t count) {
   double t0 = now_s();
   hoop_result_t res =
@@ -55,14 +84,17 @@ static double timed_allreduce(hoop_comm_t comm, float *buf, size_t count) {
 }
 
 int main(int argc, char **argv) {
-  long large_mib = 0;
+  long large_mib = 0, alltoall_bytes = 0;
   int opt;
-  while ((opt = getopt(argc, argv, "l:")) != -1) {
+  while ((opt = getopt(argc, argv, "l:a:")) != -1) {
     char *end;
-    if (opt == 'l' && (large_mib = strtol(optarg, &end, 10)) > 0 &&
+    long *value = opt == 'l'   ? &large_mib
+                  : opt == 'a' ? &alltoall_bytes
+                               : NULL;
+    if (value != NULL && (*value = strtol(optarg, &end, 10)) > 0 &&
         *end == '\0')
       continue;
-    fprintf(stderr, "usage: %s [-l MIB]\n", argv[0]);
+    fprintf(stderr, "usage: %s [-l MIB] [-a BYTES]\n", argv[0]);
     return 2;
   }
 
@@ -108,6 +140,11 @@ int main(int argc, char **argv) {
     free(large);
   }
 
+  double alltoall_s = -1, barrier_s = -1;
+  if (alltoall_bytes > 0)
+    wrong += alltoall_and_barrier(comm, alltoall_bytes, rank, nranks,
+                                  &alltoall_s, &barrier_s);
+
   char algos[128];
   algos_run(comm, algos, sizeof algos);
   long rss_kb = peak_rss_kb();
@@ -117,6 +154,9 @@ int main(int argc, char **argv) {
          rank, nranks, (int)getpid(), init_s, first_s, median_us);
   if (large_mib > 0)
     printf("\"large_mib\":%ld,\"large_s\":%.6f,", large_mib, large_s);
+  if (alltoall_bytes > 0)
+    printf("\"alltoall_bytes\":%ld,\"alltoall_s\":%.6f,\"barrier_s\":%.6f,",
+           alltoall_bytes, alltoall_s, barrier_s);
   printf("\"algos\":\"%s\",\"rss_kb\":%ld,\"fds\":%ld,\"wrong\":%zu}\n",
          algos, rss_kb, fds, wrong);
   fflush(stdout);

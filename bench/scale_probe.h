@@ -43,6 +43,32 @@ static size_t count_wrong(const char *prog, const float *buf, size_t count,
   return wrong;
 }
 
+/*
+ * All-to-all blocks of `count` int32s per peer: rank r sends peer p
+ * r * N + p in every element of block p (exact for N up to 46,340), so
+ * rank r's block s must hold s * N + r.
+ */
+static void fill_alltoall(int *buf, size_t count, int rank, int nranks) {
+  for (int p = 0; p < nranks; p++)
+    for (size_t i = 0; i < count; i++)
+      buf[(size_t)p * count + i] = rank * nranks + p;
+}
+
+/* Returns how many elements differ, and reports the first as `prog`'s. */
+static size_t count_wrong_alltoall(const char *prog, const int *buf,
+                                   size_t count, int rank, int nranks) {
+  size_t wrong = 0;
+  for (int s = 0; s < nranks; s++)
+    for (size_t i = 0; i < count; i++)
+      if (buf[(size_t)s * count + i] != s * nranks + rank && wrong++ == 0)
+        fprintf(stderr,
+                "%s: rank %d: all-to-all: element %zu of block %d is %d, "
+                "not %d\n",
+                prog, rank, i, s, buf[(size_t)s * count + i],
+                s * nranks + rank);
+  return wrong;
+}
+
 /* VmHWM from /proc/self/status, in KiB; -1 when it cannot be read. */
 static long peak_rss_kb(void) {
   FILE *f = fopen("/proc/self/status", "r");

@@ -6,7 +6,9 @@
  * Each rank prints one JSON line: the time of MPI_Init, of the first
  * in-place 4 KiB float MPI_Allreduce (SUM), the median of 50 more, and,
  * before MPI_Finalize, the rank's peak RSS and open descriptors.  -l MIB
- * also times one all-reduce of MIB MiB.  Rank r contributes r + 1, so
+ * also times one all-reduce of MIB MiB; -a BYTES one MPI_Alltoall of
+ * BYTES per peer (MPI_INTs, checked as scale_probe.h says), then an
+ * MPI_Barrier.  Rank r contributes r + 1, so
  * each element must be N(N+1)/2; a wrong element ends the rank with
  * status 1.
  */
@@ -37,11 +39,56 @@ static double timed_allreduce(float *buf, size_t count, int rank)
 	return t;
 }
 
+static void check_mpi(int err, const char *call, int rank)
+{
+	if (err != MPI_SUCCESS) {
+		char text[MPI_MAX_ERROR_STRING];
+		int len;
+
+		MPI_Error_string(err, text, &len);
+		fprintf(stderr, "peer-mpi-scale-probe: rank %d: %s: %s\n", rank,
+			call, text);
+		MPI_Abort(MPI_COMM_WORLD, 1);
+	}
+}
+
+/* One checked all-to-all of `bytes` per peer, then a barrier. */
+static size_t alltoall_and_barrier(long bytes, int rank, int nranks,
+				   double *alltoall_s, double *barrier_s)
+{
+	size_t count = bytes >= (long)sizeof(int) ? (size_t)bytes / sizeof(int) : 1;
+	int *send = malloc(count * (size_t)nranks * sizeof(int));
+	int *recv = malloc(count * (size_t)nranks * sizeof(int));
+	size_t wrong;
+	double t0;
+
+	if (send == NULL || recv == NULL) {
+		fprintf(stderr,
+			"peer-mpi-scale-probe: rank %d: no memory for all-to-all\n",
+			rank);
+		MPI_Abort(MPI_COMM_WORLD, 1);
+	}
+	fill_alltoall(send, count, rank, nranks);
+	t0 = now_s();
+	check_mpi(MPI_Alltoall(send, (int)count, MPI_INT, recv, (int)count,
+			       MPI_INT, MPI_COMM_WORLD),
+		  "MPI_Alltoall", rank);
+	*alltoall_s = now_s() - t0;
+	wrong = count_wrong_alltoall(PROG, recv, count, rank, nranks);
+	free(send);
+	free(recv);
+	t0 = now_s();
+	check_mpi(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier", rank);
+	*barrier_s = now_s() - t0;
+	return wrong;
+}
+
 int main(int argc, char **argv)
 {
-	long large_mib = 0;
+	long large_mib = 0, alltoall_bytes = 0;
 	int opt, rank, nranks;
 	double t0, init_s, first_s, median_us, large_s = -1;
+	double alltoall_s = -1, barrier_s = -1;
 	double calls[REPEATS];
 	float small[SMALL_COUNT];
 	size_t wrong = 0;
@@ -54,13 +101,15 @@ int main(int argc, char **argv)
 	MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
 	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 	MPI_Comm_size(MPI_COMM_WORLD, &nranks);
-	while ((opt = getopt(argc, argv, "l:")) != -1) {
+	while ((opt = getopt(argc, argv, "l:a:")) != -1) {
+		long *value = opt == 'l' ? &large_mib :
+			      opt == 'a' ? &alltoall_bytes : NULL;
 		char *end;
 
-		if (opt == 'l' && (large_mib = strtol(optarg, &end, 10)) > 0 &&
+		if (value != NULL && (*value = strtol(optarg, &end, 10)) > 0 &&
 		    *end == '\0')
 			continue;
-		fprintf(stderr, "usage: %s [-l MIB]\n", argv[0]);
+		fprintf(stderr, "usage: %s [-l MIB] [-a BYTES]\n", argv[0]);
 		MPI_Finalize();
 		return 2;
 	}
@@ -93,6 +142,10 @@ int main(int argc, char **argv)
 		free(large);
 	}
 
+	if (alltoall_bytes > 0)
+		wrong += alltoall_and_barrier(alltoall_bytes, rank, nranks,
+					      &alltoall_s, &barrier_s);
+
 	rss_kb = peak_rss_kb();
 	fds = open_fds();
 	printf("{\"impl\":\"mpi\",\"rank\":%d,\"nranks\":%d,\"pid\":%d,"
@@ -101,6 +154,10 @@ int main(int argc, char **argv)
 	if (large_mib > 0)
 		printf("\"large_mib\":%ld,\"large_s\":%.6f,", large_mib,
 		       large_s);
+	if (alltoall_bytes > 0)
+		printf("\"alltoall_bytes\":%ld,\"alltoall_s\":%.6f,"
+		       "\"barrier_s\":%.6f,",
+		       alltoall_bytes, alltoall_s, barrier_s);
 	printf("\"rss_kb\":%ld,\"fds\":%ld,\"wrong\":%zu}\n", rss_kb, fds,
 	       wrong);
 	fflush(stdout);
