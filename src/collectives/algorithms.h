@@ -61,8 +61,8 @@ void hoop__tree_allreduce_load(int nranks, int *max_sent, int *max_reduced);
  * The same all-reduce across hosts that share one link each
  * (host_index[r]: rank r's host, from 0 to hosts - 1): the most
  * half-buffers that one host's ranks send to other hosts (as many come
- * back), or -1 when out of memory.  The trees are laid out by rank, so ranks of one
- * host share their host's link with their other-host edges.
+ * back), or -1 when out of memory.  The trees are laid out by rank, so
+ * ranks of one host share their host's link with their other-host edges.
  */
 int hoop__tree_allreduce_host_load(int nranks, const int *host_index,
                                     int hosts);
