@@ -279,8 +279,15 @@ HOOP_API hoop_result_t hoop_comm_device_path(hoop_comm_t comm,
  * on the stream after the call sees it.  All ranks pass the same kind of
  * memory in a call; NULL is CUDA's legacy default stream.  After an error
  * that involved a peer (timeout, lost connection, mismatched calls) the
- * communicator is broken: later calls fail at once and it must be
- * destroyed; argument errors leave it usable.
+ * communicator is broken: later calls fail at once, naming the first
+ * error, and it must be destroyed; argument errors leave it usable.  The
+ * queries (see Threads), hoop_comm_abort and hoop_comm_destroy still
+ * work on it.
+ *
+ * A call that fails leaves its sendbuf as it was (hoop never writes a send
+ * buffer) and its recvbuf undefined: elements may hold the result, the
+ * input or a partial sum.  An in-place call's input is therefore lost; a
+ * step that must be redone after a failure needs its own copy of it.
  *
  * allreduce: recvbuf[i] = op over ranks of sendbuf[i], i < count.
  *   In place when sendbuf == recvbuf.

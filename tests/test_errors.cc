@@ -264,6 +264,64 @@ TEST(Errors, KilledRankMakesOthersFailNamingIt) {
   EXPECT_TRUE(leaked.empty()) << "/dev/shm/" << leaked[0];
 }
 
+// What hoop.h promises a survivor after a peer died mid-call: its send
+// buffer as it was, the communicator broken with the first error named,
+// queries still answered, and destroy working (the harness destroys it).
+TEST(Errors, AFailedCallLeavesTheSendBufferAndBreaksTheCommunicator) {
+  RunOptions opt;
+  opt.comm_timeout_ms = 30000;
+  RunResult r = run_ranks(
+      3,
+      [](RankLog &log, hoop_comm_t comm, int rank, int nranks) {
+        const size_t count = (8u << 20) + 1; // not divisible by 3
+        std::vector<float> send(count), recv(count);
+        for (size_t i = 0; i < count; i++)
+          send[i] = static_cast<float>(rank * 1000 + i % 997);
+        const std::vector<float> before = send;
+        expect_usable(log, comm, nranks);
+        if (rank == 1) {
+          std::thread([] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(30));
+            kill(getpid(), SIGKILL);
+          }).detach();
+        }
+        hoop_result_t res = HOOP_SUCCESS;
+        for (int i = 0; i < 200 && res == HOOP_SUCCESS; i++)
+          res = hoop_allreduce(comm, send.data(), recv.data(), count,
+                               HOOP_F32, HOOP_SUM, nullptr);
+        if (res == HOOP_SUCCESS) {
+          log.fail("never noticed that rank 1 died");
+          return;
+        }
+        RANK_EXPECT(log, res == HOOP_ERR_REMOTE, "got %s: %s",
+                    hoop_result_name(res), hoop_comm_last_error(comm));
+        RANK_EXPECT(log, send == before,
+                    "the failed call wrote its send buffer");
+        std::string first = hoop_comm_last_error(comm);
+        res = hoop_allreduce(comm, send.data(), recv.data(), 16, HOOP_F32,
+                             HOOP_SUM, nullptr);
+        RANK_EXPECT(log, res == HOOP_ERR_REMOTE, "a call after it got %s",
+                    hoop_result_name(res));
+        RANK_EXPECT(log, mentions(comm, "broken by an earlier error") &&
+                             mentions(comm, "rank 1 ("),
+                    "a call after it says: %s (the first error: %s)",
+                    hoop_comm_last_error(comm), first.c_str());
+        int me = -1;
+        hoop_stats_t st = HOOP_STATS_INIT;
+        RANK_EXPECT(log, hoop_comm_rank(comm, &me) == HOOP_SUCCESS &&
+                             me == rank &&
+                             hoop_comm_get_stats(comm, &st) == HOOP_SUCCESS,
+                    "queries on the broken communicator failed: %s",
+                    hoop_comm_last_error(comm));
+      },
+      opt);
+  EXPECT_EQ(r.exit_codes[1], 128 + SIGKILL);
+  r.exit_codes[1] = 0;
+  EXPECT_TRUE(r.all_ok()) << describe(r);
+  std::vector<std::string> leaked = leaked_shm_segments();
+  EXPECT_TRUE(leaked.empty()) << "/dev/shm/" << leaked[0];
+}
+
 TEST(Errors, SilentRankTimesOutNamingIt) {
   RunOptions opt;
   opt.comm_timeout_ms = 1000;
