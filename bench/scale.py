@@ -16,7 +16,9 @@ rank spent on both, i.e. when the last rank had its first result), the
 median over ranks of the per-call median, the largest RSS and descriptor
 count, the /dev/shm peak above what it held before the launch, the wall
 time of the launch, and for hoop (init + first call) over MPI's in the same
-repeat; then the medians over repeats.
+repeat; then the medians over repeats. --large-mib adds the slowest rank's
+time for one large all-reduce; --alltoall BYTES its time for one checked
+all-to-all of BYTES per peer and for a barrier after it.
 
 A launch that times out, dies (the kernel's OOM killer counts in
 /proc/vmstat's oom_kill), returns wrong sums or leaves files in /dev/shm

@@ -8,9 +8,8 @@
  * before MPI_Finalize, the rank's peak RSS and open descriptors.  -l MIB
  * also times one all-reduce of MIB MiB; -a BYTES one MPI_Alltoall of
  * BYTES per peer (MPI_INTs, checked as scale_probe.h says), then an
- * MPI_Barrier.  Rank r contributes r + 1, so
- * each element must be N(N+1)/2; a wrong element ends the rank with
- * status 1.
+ * MPI_Barrier.  Rank r contributes r + 1 to the all-reduces, so each
+ * element must be N(N+1)/2; a wrong element ends the rank with status 1.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -56,7 +55,8 @@ static void check_mpi(int err, const char *call, int rank)
 static size_t alltoall_and_barrier(long bytes, int rank, int nranks,
 				   double *alltoall_s, double *barrier_s)
 {
-	size_t count = bytes >= (long)sizeof(int) ? (size_t)bytes / sizeof(int) : 1;
+	size_t count = bytes >= (long)sizeof(int) ?
+			       (size_t)bytes / sizeof(int) : 1;
 	int *send = malloc(count * (size_t)nranks * sizeof(int));
 	int *recv = malloc(count * (size_t)nranks * sizeof(int));
 	size_t wrong;
