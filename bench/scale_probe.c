@@ -11,8 +11,9 @@
  * descriptors.
  * -l MIB also times one all-reduce of MIB MiB; -a BYTES one all-to-all of
  * BYTES per peer (int32s, rounded down, at least one), then a barrier.
- * Every call's result is checked: rank r contributes r + 1, so each element must be N(N+1)/2,
- * which a float holds exactly for the sums of integers this small.  A
+ * Every call's result is checked: rank r contributes r + 1 to the
+ * all-reduces, so each element must be N(N+1)/2, which a float holds
+ * exactly for the sums of integers this small.  A
  * wrong element or a failed call ends the rank with status 1.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -49,7 +50,7 @@ static void algos_run(hoop_comm_t comm, char *out, size_t len) {
 static size_t alltoall_and_barrier(hoop_comm_t comm, long bytes, int rank,
                                    int nranks, double *alltoall_s,
                                    double *barrier_s) {
-  size_t count = bytes >= (long)sizeof(int) ? (size_t)bytes / sizeof(int) : 1;
+  size_t count = alltoall_count(bytes);
   int *send = malloc(count * (size_t)nranks * sizeof(int));
   int *recv = malloc(count * (size_t)nranks * sizeof(int));
   if (send == NULL || recv == NULL) {

@@ -43,6 +43,11 @@ static size_t count_wrong(const char *prog, const float *buf, size_t count,
   return wrong;
 }
 
+/* The int32s per peer of an all-to-all of `bytes` per peer: at least one. */
+static size_t alltoall_count(long bytes) {
+  return bytes >= (long)sizeof(int) ? (size_t)bytes / sizeof(int) : 1;
+}
+
 /*
  * All-to-all blocks of `count` int32s per peer: rank r sends peer p
  * r * N + p in every element of block p (exact for N up to 46,340), so

@@ -55,8 +55,7 @@ static void check_mpi(int err, const char *call, int rank)
 static size_t alltoall_and_barrier(long bytes, int rank, int nranks,
 				   double *alltoall_s, double *barrier_s)
 {
-	size_t count = bytes >= (long)sizeof(int) ?
-			       (size_t)bytes / sizeof(int) : 1;
+	size_t count = alltoall_count(bytes);
 	int *send = malloc(count * (size_t)nranks * sizeof(int));
 	int *recv = malloc(count * (size_t)nranks * sizeof(int));
 	size_t wrong;
