@@ -26,6 +26,15 @@ bool mentions(hoop_comm_t comm, const char *text) {
   return strstr(hoop_comm_last_error(comm), text) != nullptr;
 }
 
+// Sends this process `sig` from another thread `ms` from now, so that it
+// dies (or freezes) in the middle of whatever call it is making then.
+void signal_self_after(int sig, int ms) {
+  std::thread([sig, ms] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    kill(getpid(), sig);
+  }).detach();
+}
+
 // A correct all-reduce after the error shows the communicator still works.
 void expect_usable(RankLog &log, hoop_comm_t comm, int nranks) {
   std::vector<int32_t> v(1000, 1);
@@ -234,12 +243,8 @@ TEST(Errors, KilledRankMakesOthersFailNamingIt) {
         // Everyone finishes one call, so the victim dies mid-stream of the
         // next one and not during set-up.
         expect_usable(log, comm, nranks);
-        if (rank == 2) {
-          std::thread([] {
-            std::this_thread::sleep_for(std::chrono::milliseconds(30));
-            kill(getpid(), SIGKILL);
-          }).detach();
-        }
+        if (rank == 2)
+          signal_self_after(SIGKILL, 30);
         for (int i = 0; i < 100; i++) {
           hoop_result_t res = hoop_allreduce(comm, v.data(), v.data(),
                                              v.size(), HOOP_F32, HOOP_SUM,
@@ -279,12 +284,8 @@ TEST(Errors, AFailedCallLeavesTheSendBufferAndBreaksTheCommunicator) {
           send[i] = static_cast<float>(rank * 1000 + i % 997);
         const std::vector<float> before = send;
         expect_usable(log, comm, nranks);
-        if (rank == 1) {
-          std::thread([] {
-            std::this_thread::sleep_for(std::chrono::milliseconds(30));
-            kill(getpid(), SIGKILL);
-          }).detach();
-        }
+        if (rank == 1)
+          signal_self_after(SIGKILL, 30);
         hoop_result_t res = HOOP_SUCCESS;
         for (int i = 0; i < 200 && res == HOOP_SUCCESS; i++)
           res = hoop_allreduce(comm, send.data(), recv.data(), count,
@@ -375,12 +376,8 @@ void stopped_rank_case(int nranks, int victim) {
         expect_usable(log, comm, n);
         hoop_rank_info_t info = HOOP_RANK_INFO_INIT;
         RANK_EXPECT_OK(log, comm, hoop_comm_rank_info(comm, victim, &info));
-        if (rank == victim) {
-          std::thread([] {
-            std::this_thread::sleep_for(std::chrono::milliseconds(20));
-            kill(getpid(), SIGSTOP);
-          }).detach();
-        }
+        if (rank == victim)
+          signal_self_after(SIGSTOP, 20);
         std::string name = "rank " + std::to_string(victim) + " (";
         auto t0 = std::chrono::steady_clock::now();
         while (std::chrono::steady_clock::now() - t0 <
