@@ -145,8 +145,8 @@ def predicted_crossover(a, ranks):
     rows = {}
     for line in out.splitlines():
         f = line.split()
-        if len(f) == 5 and f[0].isdigit():
-            rows[int(f[0])] = (float(f[1]), float(f[2]), float(f[3]), f[4])
+        if len(f) == 6 and f[0].isdigit():  # ring tree ps hier auto
+            rows[int(f[0])] = (float(f[1]), float(f[2]), float(f[3]), f[5])
     for line in out.splitlines():
         if "tree -> ring" in line:
             return line.strip("# ").strip(), out, rows

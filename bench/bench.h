@@ -71,7 +71,8 @@ struct bench_coll {
    * The model's payload bytes through the busiest rank's link, one way,
    * for the algorithm that ran and a `bytes`-byte array.
    */
-  double (*model_bytes)(hoop_algo_t algo, int nranks, double bytes);
+  double (*model_bytes)(hoop_algo_t algo, int nranks, int nhosts,
+                       double bytes);
 };
 
 extern const struct bench_coll bench_allreduce, bench_reduce_scatter,
@@ -90,8 +91,10 @@ void bench_layout_whole(size_t elems, int rank, int nranks, size_t esz,
                         struct bench_layout *out);
 double bench_factor_one(int nranks);
 double bench_factor_spread(int nranks); /* (n-1)/n */
-double bench_model_spread(hoop_algo_t algo, int nranks, double bytes);
-double bench_model_chain_or_tree(hoop_algo_t algo, int nranks, double bytes);
+double bench_model_spread(hoop_algo_t algo, int nranks, int nhosts,
+                          double bytes);
+double bench_model_chain_or_tree(hoop_algo_t algo, int nranks, int nhosts,
+                                 double bytes);
 size_t bench_result_blocks(const struct bench_ref *ref);
 
 /*

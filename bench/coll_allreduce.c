@@ -21,8 +21,9 @@ static double factor(int n) { return 2.0 * (n - 1) / n; }
  * CUDA IPC, one-shot reads (N-1)K from the peers; the double binary tree
  * a half-buffer to the parent and to each child in each tree (rank r sits
  * at heap position r in one and N-1-r in the other), at its busiest rank.
- * The model also charges the tree for its measured efficiency; this
- * column is bytes only.
+ * The hierarchical all-reduce: each host's link, shared by its ranks,
+ * 2(M-1)/M of the buffer.  The model also charges the tree for its
+ * measured efficiency; this column is bytes only.
  */
 static double tree_busiest_halves(int n) {
   int most = 0;
@@ -35,8 +36,9 @@ static double tree_busiest_halves(int n) {
   return most;
 }
 
-static double model_bytes(hoop_algo_t algo, int n, double k) {
+static double model_bytes(hoop_algo_t algo, int n, int hosts, double k) {
   switch (algo) {
+  case HOOP_ALGO_HIER: return 2.0 * (hosts - 1) / hosts * k;
   case HOOP_ALGO_RING: return factor(n) * k;
   case HOOP_ALGO_PS: return (double)(n - 1) * k;
   case HOOP_ALGO_TREE: return tree_busiest_halves(n) * k / 2;
@@ -51,7 +53,8 @@ const struct bench_coll bench_allreduce = {
     .reduces = 1,
     .in_place = 1,
     .algos = BENCH_ALGO(HOOP_ALGO_AUTO) | BENCH_ALGO(HOOP_ALGO_RING) |
-             BENCH_ALGO(HOOP_ALGO_TREE) | BENCH_ALGO(HOOP_ALGO_PS),
+             BENCH_ALGO(HOOP_ALGO_TREE) | BENCH_ALGO(HOOP_ALGO_PS) |
+             BENCH_ALGO(HOOP_ALGO_HIER),
     .bus_factor = factor,
     .bus_factor_text = "2(N-1)/N",
     .layout = bench_layout_whole,

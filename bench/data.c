@@ -148,7 +148,8 @@ double bench_factor_spread(int nranks) {
  * N-1 of N blocks go out of each rank: the ring's reduce-scatter and
  * all-gather forward them, all-to-all sends all but its own.
  */
-double bench_model_spread(hoop_algo_t algo, int nranks, double bytes) {
+double bench_model_spread(hoop_algo_t algo, int nranks, int nhosts,
+                          double bytes) {
   return bench_factor_spread(nranks) * bytes;
 }
 
@@ -157,7 +158,8 @@ double bench_model_spread(hoop_algo_t algo, int nranks, double bytes) {
  * link; a binary tree's inner node sends it to (or receives it from) two
  * children.
  */
-double bench_model_chain_or_tree(hoop_algo_t algo, int nranks, double bytes) {
+double bench_model_chain_or_tree(hoop_algo_t algo, int nranks, int nhosts,
+                                 double bytes) {
   if (nranks < 2)
     return 0;
   return algo == HOOP_ALGO_TREE ? 2.0 * bytes : bytes;

@@ -77,6 +77,7 @@ struct traffic {
 struct ctx {
   hoop_comm_t comm;
   int rank, nranks;
+  int nhosts; /* for the model column */
   struct options opt;
   struct bench_ref ref;
   char *send, *recv;   /* the calls' buffers, in -m memory */
@@ -225,7 +226,7 @@ static void check_fit(const struct options *o, int op_given, int root_given) {
   if (!(k->algos & BENCH_ALGO(o->algo))) {
     fprintf(stderr, "hoop-bench: -a %s: %s offers", hoop_algo_name(o->algo),
             k->name);
-    for (int a = HOOP_ALGO_AUTO; a < HOOP_ALGO_P2P; a++) {
+    for (int a = HOOP_ALGO_AUTO; a < HOOP_ALGO_COUNT; a++) {
       if (k->algos & BENCH_ALGO(a))
         fprintf(stderr, " %s", hoop_algo_name(a));
     }
@@ -277,7 +278,7 @@ static struct options parse_options(int argc, char **argv) {
       op_given = 1;
       break;
     case 'a':
-      o.algo = parse_enum(optarg, algo_name, HOOP_ALGO_P2P, "algorithm");
+      o.algo = parse_enum(optarg, algo_name, HOOP_ALGO_COUNT, "algorithm");
       snprintf(o.algo_source, sizeof o.algo_source, "-a");
       break;
     case 'm': {
@@ -715,7 +716,8 @@ static long long bench_size(struct ctx *c, size_t elems) {
     input_bytes[ip] = l.send_elems * esz;
   }
   time_calls(c, call, input, input_bytes, p);
-  double model = k->model_bytes(tr.algo, c->nranks, (double)l.bytes);
+  double model = k->model_bytes(tr.algo, c->nranks, c->nhosts,
+                                (double)l.bytes);
   if (c->rank == 0) {
     print_row(c, &l, p, &tr, model);
     if (c->json != NULL)
@@ -756,6 +758,11 @@ int main(int argc, char **argv) {
   CHECK(NULL, hoop_comm_init_env(&c.comm, NULL));
   CHECK(&c, hoop_comm_rank(c.comm, &c.rank));
   CHECK(&c, hoop_comm_size(c.comm, &c.nranks));
+  for (int r = 0; r < c.nranks; r++) {
+    hoop_rank_info_t info = HOOP_RANK_INFO_INIT;
+    CHECK(&c, hoop_comm_rank_info(c.comm, r, &info));
+    c.nhosts = info.host + 1 > c.nhosts ? info.host + 1 : c.nhosts;
+  }
   /* Every rank says why: the launcher may stop the others before rank 0
      gets to print. */
   if (c.opt.root >= c.nranks) {

@@ -41,7 +41,8 @@ ALGOS = ("ps", "ring", "tree")
 PREFIX = "hoopsim"
 PAYLOAD_PER_FRAME = 1448 / 1514
 RATE_UNITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
-COLUMNS = 19  # 13 nccl-tests columns + sent recvd maxsent maxrecvd model algo
+# 13 nccl-tests columns + sent recvd maxsent maxrecvd model algo offhost
+COLUMNS = 20
 
 
 def parse_rate(text):
@@ -131,7 +132,8 @@ def parse_row(text, size):
             raise ValueError(f"#wrong {f[8]} / {f[12]}: {line!r}")
         return {"times_us": [float(f[5]), float(f[9])],
                 "max_sent": int(f[15]), "max_recvd": int(f[16]),
-                "model_link": float(f[17]), "algo": f[18]}
+                "model_link": float(f[17]), "algo": f[18],
+                "offhost": int(f[19])}
     raise ValueError(f"no row for {size} bytes")
 
 

@@ -90,16 +90,18 @@ typedef enum hoop_op {
 
 /*
  * Algorithms.  AUTO asks the cost model (see hoop_comm_predict) and is the
- * default; HOOP_ALGO=ring|tree|ps or hoop_comm_set_algo() override it.
- * What each setting runs:
+ * default; HOOP_ALGO=ring|tree|ps|hier or hoop_comm_set_algo() override
+ * it.  What each setting runs:
  *   all-reduce, barrier: RING, TREE (a double binary tree), PS (a
- *     parameter server at rank 0), AUTO the model's pick of those (or
- *     ONESHOT).
+ *     parameter server at rank 0), HIER (hierarchical: rings inside the
+ *     hosts and across them, where every host has as many ranks, at least
+ *     2, and there are 2 hosts or more; elsewhere the ring, which is what
+ *     it comes to), AUTO the model's pick of those (or ONESHOT).
  *   broadcast, reduce: RING a pipelined chain from the root, TREE a binary
  *     tree; AUTO and PS the model's pick of the two.  A parameter server
  *     is an all-reduce schedule, and PS set for a job (HOOP_ALGO) still
  *     covers its broadcasts: they get the model's pick rather than an
- *     error or a fixed chain.
+ *     error or a fixed chain; so does HIER.
  *   reduce-scatter, all-gather: the ring, whatever the setting.
  * hoop_comm_get_stats counts each call under the one that ran (a chain
  * under RING), never under PS for broadcast or reduce.
@@ -114,6 +116,9 @@ typedef enum hoop_algo {
      HOOP_CUDA_IPC_ONESHOT_BYTES, and AUTO's on 2 ranks up to
      HOOP_ONESHOT_BYTES; not selectable */
   HOOP_ALGO_ONESHOT = 5,
+  /* All-reduce in three rings: inside each host, across the hosts, inside
+     again; for ranks on 2 or more hosts with as many (2 or more) on each */
+  HOOP_ALGO_HIER = 6,
   HOOP_ALGO_COUNT
 } hoop_algo_t;
 
@@ -491,12 +496,14 @@ typedef struct hoop_coll_stats {
   uint64_t bytes_received;
 } hoop_coll_stats_t;
 
-#define HOOP_STATS_VERSION 2
+#define HOOP_STATS_VERSION 3
 typedef struct hoop_stats {
   size_t size;
   unsigned int version;
   uint64_t bytes_sent;     /* to all peers */
   uint64_t bytes_received; /* from all peers */
+  /* Version 3 added HOOP_ALGO_HIER's column: versions 1 and 2 have 6,
+     and count hierarchical calls under RING. */
   hoop_coll_stats_t by_coll[HOOP_COLL_COUNT][HOOP_ALGO_COUNT];
   /* Version 2.  Of bytes_sent and bytes_received, those to and from ranks
      on other hosts (hoop_rank_info_t's host; emulated hosts count apart). */

@@ -200,6 +200,20 @@ int CheckedBenchRows(const std::string &text) {
   return (int)rows.size();
 }
 
+// Rows with -B 1 that ran `algo`: each must have sent `per_k` times its
+// size between hosts, all ranks together.  Returns how many there were.
+int CheckOffHostBytes(const std::string &text, const std::string &algo,
+                      unsigned per_k) {
+  int rows = 0;
+  for (const std::vector<std::string> &f : hooptest::bench_rows(text, "[0] ")) {
+    if (f.size() != 20u || f[18] != algo)
+      continue;
+    rows++;
+    EXPECT_EQ(std::stoull(f[19]), per_k * std::stoull(f[0])) << text;
+  }
+  return rows;
+}
+
 // Four ranks on two hosts: a ring all-reduce of K bytes that follows the
 // hosts crosses between them on two of its four edges, each carrying
 // 2(N-1)K/N = 1.5K, so 3K leave the hosts whatever the placement (a ring in
@@ -207,14 +221,7 @@ int CheckedBenchRows(const std::string &text) {
 // that ran the ring are checked (callers pass -B 1 to all-reduces only); the
 // count is returned.
 int CheckRingOffHostBytes(const std::string &text) {
-  int ring_rows = 0;
-  for (const std::vector<std::string> &f : hooptest::bench_rows(text, "[0] ")) {
-    if (f.size() != 20u || f[18] != "ring")
-      continue;
-    ring_rows++;
-    EXPECT_EQ(std::stoull(f[19]), 3 * std::stoull(f[0])) << text;
-  }
-  return ring_rows;
+  return CheckOffHostBytes(text, "ring", 3);
 }
 
 TEST_F(Netsim, HoopBenchAcrossEmulatedHostsIsCorrect) {
@@ -279,6 +286,54 @@ TEST_F(Netsim, CyclicPlacementKeepsEveryAlgorithmRight) {
   // 1K, 32K and 1M for each call.
   EXPECT_EQ(CheckedBenchRows(out.text), 7 * 3) << out.text;
   EXPECT_EQ(CheckRingOffHostBytes(out.text), 3) << out.text;
+}
+
+
+// The hierarchical all-reduce: a ring inside each host, one across the
+// hosts, one inside again.  Right in both placements, for sizes from one
+// element to past a segment (4 MiB) and not divisible by the ranks, for
+// other dtypes and ops, on 2 hosts of 2 and 3 and 3 hosts of 2; across M
+// hosts its ranks send 2(M-1)K between them, all together, where the
+// flat ring sends 3K on 2 hosts of 2.  With hosts of unequal size it is
+// the ring.
+TEST_F(Netsim, HierarchicalAllReduceIsRightAndCrossesLess) {
+  REQUIRE_BENCH();
+  std::string bench = std::string(HOOP_BENCH_PATH) + " -n 2 -w 1 -c 1 ";
+  auto run = [](int per_host, int n, bool cyclic) {
+    return std::string(HOOP_RUN_PATH) + " --netns hoopsim --ranks-per-host " +
+           std::to_string(per_host) + (cyclic ? " --cyclic" : "") + " -n " +
+           std::to_string(n) + " ";
+  };
+  std::string two_hosts = "true";
+  for (bool cyclic : {false, true})
+    two_hosts += " && " + run(2, 4, cyclic) + bench +
+                 "-b 4 -e 128K -f 32 -B 1 -a hier && " + run(2, 4, cyclic) +
+                 bench + "-b 9437188 -e 9437188 -B 1 -a hier";
+  two_hosts += " && " + run(2, 4, true) + bench +
+               "-b 1K -e 32K -f 32 -d double -o avg -a hier && " +
+               run(2, 4, false) + bench + "-b 3 -e 3 -d int8 -o max -a hier";
+  two_hosts += " && " + run(3, 6, true) + bench +
+               "-b 4 -e 128K -f 32 -B 1 -a hier";
+  two_hosts += " && " + run(2, 3, false) + bench +
+               "-b 4K -e 4K -B 1 -a hier";
+  Output out = run_shell(kNetsim + " run 2 1gbit -- sh -c '" + two_hosts + "'");
+  ASSERT_EQ(out.status, 0) << out.text;
+  // (4, 128, 4K, 128K; 9M + 4) twice, 1K and 32K, 3, then 2 x 3, then 3.
+  EXPECT_EQ(CheckedBenchRows(out.text), 5 * 2 + 2 + 1 + 4 + 1) << out.text;
+  EXPECT_EQ(CheckOffHostBytes(out.text, "hier", 2), 5 * 2 + 4) << out.text;
+  // 3 ranks on hosts of 2 and 1: the ring's 2(N-1)/N K on both crossings.
+  EXPECT_EQ(hooptest::bench_rows(out.text, "[0] ").back().at(18), "ring")
+      << out.text;
+
+  Output three = run_shell(kNetsim + " run 3 1gbit -- sh -c '" +
+                           run(2, 6, false) + bench +
+                           "-b 4 -e 128K -f 32 -B 1 -a hier && " +
+                           run(2, 6, true) + bench +
+                           "-b 1M -e 1M -B 1 -a hier'");
+  ASSERT_EQ(three.status, 0) << three.text;
+  EXPECT_TRUE(HoopsimNamespaces().empty());
+  EXPECT_EQ(CheckedBenchRows(three.text), 5) << three.text;
+  EXPECT_EQ(CheckOffHostBytes(three.text, "hier", 4), 5) << three.text;
 }
 
 }  // namespace

@@ -3,7 +3,8 @@
 // memory, run through the discrete-event model of the links.  The bytes a
 // ring rank sends and the bytes through a parameter server's root are
 // exact; the ring's time on one link per rank approaches 2(N-1)K/(N R);
-// placements move the same bytes over different links; and AUTO's pick is
+// placements move the same bytes over different links; the hierarchical
+// all-reduce's host links carry 2(M-1)K/M; and AUTO's pick is
 // set beside the simulator's fastest (reported, not required to agree).
 #include <gtest/gtest.h>
 
@@ -129,6 +130,55 @@ TEST(SimPlacement, SameTotalBytesDifferentCrossHostBytes) {
   EXPECT_EQ(rc.cross_bytes, 4ull * 30 * (k / 16));
 }
 
+// The hierarchical all-reduce across M hosts: each host's link carries
+// 2(M-1)K/M each way (its ranks' parts of the ring across hosts; within a
+// few elements per segment where K does not divide), nothing else leaves
+// a host, and on links that bound it the time approaches the closed form
+// 2(M-1)(a + K/(M R)).  Its plans pair and run to the end in every shape,
+// both placements.
+TEST(SimHier, EachHostLinkCarriesTwoMMinusOneKOverM) {
+  struct Shape {
+    int hosts, per_host;
+  };
+  for (Shape s : {Shape{2, 2}, Shape{2, 3}, Shape{3, 2}, Shape{4, 4},
+                  Shape{5, 3}}) {
+    for (int cyclic : {0, 1}) {
+      for (size_t bytes : {size_t(4), size_t(4) * 1001, size_t(1) << 20,
+                           size_t(36) << 20}) {
+        SCOPED_TRACE(std::to_string(s.hosts) + " x " +
+                     std::to_string(s.per_host) +
+                     (cyclic ? " cyclic, K " : ", K ") +
+                     std::to_string(bytes));
+        struct hoop_sim_config cfg = Config(s.hosts, s.per_host);
+        cfg.cyclic = cyclic;
+        struct hoop_sim_result r = Simulate(cfg, HOOP_ALGO_HIER, bytes);
+        ASSERT_EQ(r.algo, HOOP_ALGO_HIER);
+        ASSERT_EQ(r.scale, 1u);
+        double m = s.hosts, want = 2 * (m - 1) / m * double(bytes);
+        // Parts round up by an element per segment (at most 8), per ring.
+        EXPECT_NEAR(double(r.max_nic_bytes), want, 2 * (m - 1) * 8 * 4 + 4);
+        EXPECT_NEAR(double(r.cross_bytes), 2 * (m - 1) * double(bytes),
+                    2 * (m - 1) * 8 * 4 * s.per_host);
+      }
+    }
+  }
+  struct hoop_sim_config cfg = Config(2, 2);
+  cfg.link_rate = 1e9 / 8;
+  size_t k = size_t(64) << 20;
+  struct hoop_sim_result hier = Simulate(cfg, HOOP_ALGO_HIER, k);
+  struct hoop_sim_result ring = Simulate(cfg, HOOP_ALGO_RING, k);
+  EXPECT_NEAR(hier.closed_form_s,
+              2 * (cfg.link_latency + double(k) / 2 / cfg.link_rate), 1e-9);
+  EXPECT_GE(hier.time_s, double(k) / cfg.link_rate);
+  EXPECT_NEAR(hier.time_s / hier.closed_form_s, 1.0, 0.02)
+      << "simulated " << hier.time_s << " s, closed form "
+      << hier.closed_form_s;
+  EXPECT_LT(hier.time_s, ring.time_s / 1.4);
+  // Hosts of one rank, or one host: the ring.
+  EXPECT_EQ(Simulate(Config(4, 1), HOOP_ALGO_HIER, k).algo, HOOP_ALGO_RING);
+  EXPECT_EQ(Simulate(Config(1, 4), HOOP_ALGO_HIER, k).algo, HOOP_ALGO_RING);
+}
+
 // Plans scaled past --max-ops keep their bytes: each op carries s times
 // its own.
 TEST(SimScale, ScaledPlansCarryTheSameBytes) {
@@ -145,7 +195,8 @@ TEST(SimScale, ScaledPlansCarryTheSameBytes) {
 }
 
 // AUTO's pick (model.c, fed the simulated network) against the fastest of
-// ring, tree and server in the simulator, at every point of a small grid.
+// ring, tree, server and hierarchical (the ring where it does not apply)
+// in the simulator, at every point of a small grid.
 // Disagreements are printed with their cost, not failed: the model is a
 // formula over the busiest link, the simulator shares NICs between a
 // host's ranks.
@@ -153,8 +204,9 @@ TEST(SimAuto, ChoiceBesideTheSimulatorsFastest) {
   struct Shape {
     int hosts, per_host;
   };
-  const hoop_algo_t algos[] = {HOOP_ALGO_RING, HOOP_ALGO_TREE, HOOP_ALGO_PS};
-  const char *names[] = {"", "ring", "tree", "ps", "", "oneshot"};
+  const hoop_algo_t algos[] = {HOOP_ALGO_RING, HOOP_ALGO_TREE, HOOP_ALGO_PS,
+                               HOOP_ALGO_HIER};
+  const char *names[] = {"", "ring", "tree", "ps", "", "oneshot", "hier"};
   int points = 0, disagree = 0;
   double worst = 1;
   for (Shape s : {Shape{2, 1}, Shape{8, 1}, Shape{2, 8}, Shape{8, 8}}) {

@@ -582,7 +582,8 @@ TEST(StatsOneRank, EachCallCountsOnceUnderAutoWithoutBytes) {
     const size_t count = 1000;
     const Traffic none(nranks);
     for (hoop_algo_t setting : {HOOP_ALGO_AUTO, HOOP_ALGO_RING,
-                                HOOP_ALGO_TREE, HOOP_ALGO_PS}) {
+                                HOOP_ALGO_TREE, HOOP_ALGO_PS,
+                                HOOP_ALGO_HIER}) {
       RANK_EXPECT_OK(log, comm, hoop_comm_set_algo(comm, setting));
       for (Kind k : {Kind::AllReduce, Kind::ReduceScatter, Kind::AllGather,
                      Kind::Broadcast, Kind::Reduce}) {
@@ -639,6 +640,46 @@ hoop_algo_t counted_under(RankLog &log, hoop_comm_t comm, hoop_coll_t coll) {
       found = (hoop_algo_t)a;
   }
   return calls == 1 ? found : HOOP_ALGO_COUNT;
+}
+
+// The hierarchical all-reduce needs 2 hosts or more with as many ranks on
+// each; on one host it is the ring (hoop.h), and runs, counts and is
+// priced as the ring, with the sum right at every rank.
+TEST(StatsHier, OnOneHostHierRunsCountsAndIsPricedAsTheRing) {
+  RunResult r = run_ranks(3, [](RankLog &log, hoop_comm_t comm, int rank,
+                                int nranks) {
+    RANK_EXPECT_OK(log, comm, hoop_comm_set_algo(comm, HOOP_ALGO_HIER));
+    hoop_algo_t got = HOOP_ALGO_AUTO;
+    RANK_EXPECT_OK(log, comm, hoop_comm_get_algo(comm, &got));
+    RANK_EXPECT(log, got == HOOP_ALGO_HIER, "the setting reads back as %s",
+                hoop_algo_name(got));
+    const size_t count = 1001;
+    std::vector<float> x(count);
+    for (size_t i = 0; i < count; i++)
+      x[i] = float(rank * 1000 + (int)i);
+    RANK_EXPECT_OK(log, comm, hoop_comm_reset_stats(comm));
+    RANK_EXPECT_OK(log, comm,
+                   hoop_allreduce(comm, x.data(), x.data(), count, HOOP_F32,
+                                  HOOP_SUM, nullptr));
+    size_t wrong = 0;
+    for (size_t i = 0; i < count; i++)
+      wrong += x[i] != float(3000 + 3 * (int)i);  // ranks 0, 1, 2
+    RANK_EXPECT(log, wrong == 0, "%zu of %zu sums wrong", wrong, count);
+    hoop_algo_t ran = counted_under(log, comm, HOOP_COLL_ALLREDUCE);
+    RANK_EXPECT(log, ran == HOOP_ALGO_RING, "counted under %s",
+                hoop_algo_name(ran));
+    double hier = 0, ring = 0;
+    RANK_EXPECT_OK(log, comm,
+                   hoop_comm_predict(comm, HOOP_COLL_ALLREDUCE,
+                                     HOOP_ALGO_HIER, 1 << 20, &hier));
+    RANK_EXPECT_OK(log, comm,
+                   hoop_comm_predict(comm, HOOP_COLL_ALLREDUCE,
+                                     HOOP_ALGO_RING, 1 << 20, &ring));
+    RANK_EXPECT(log, hier == ring, "hier priced %g s, the ring %g s", hier,
+                ring);
+    (void)nranks;
+  });
+  EXPECT_TRUE(r.all_ok()) << describe(r);
 }
 
 // PS is an all-reduce schedule; broadcast and reduce have none of its kind,
@@ -830,6 +871,72 @@ TEST(Versioned, OldSizesGetTheirPrefixAndBadSizesAreRefused) {
       calls += s.calls;
     RANK_EXPECT(log, calls == 1, "all-reduce calls %llu, not 1",
                 (unsigned long long)calls);
+  });
+  EXPECT_TRUE(r.all_ok()) << describe(r);
+}
+
+// hoop_stats_t as versions 1 and 2 laid it out, with 6 algorithm columns
+// (before HOOP_ALGO_HIER): a program built then.
+struct StatsV2 {
+  size_t size;
+  unsigned int version;
+  uint64_t bytes_sent;
+  uint64_t bytes_received;
+  hoop_coll_stats_t by_coll[HOOP_COLL_COUNT][6];
+  uint64_t bytes_sent_off_host;
+  uint64_t bytes_received_off_host;
+  uint64_t peers_connected;
+};
+
+// A version-2 caller gets its own layout: each column as a full read has
+// it, and the fields after by_coll where version 2 had them, not the
+// bytes of version 3's wider table.
+TEST(Versioned, VersionTwoGetsItsOwnLayout) {
+  RunResult r = run_ranks(3, [](RankLog &log, hoop_comm_t comm, int, int) {
+    std::vector<float> x(5000, 1.0f);
+    for (hoop_algo_t a : {HOOP_ALGO_RING, HOOP_ALGO_TREE, HOOP_ALGO_PS}) {
+      RANK_EXPECT_OK(log, comm, hoop_comm_set_algo(comm, a));
+      RANK_EXPECT_OK(log, comm,
+                     hoop_allreduce(comm, x.data(), x.data(), x.size(),
+                                    HOOP_F32, HOOP_SUM, nullptr));
+    }
+    hoop_stats_t full = HOOP_STATS_INIT;
+    RANK_EXPECT_OK(log, comm, hoop_comm_get_stats(comm, &full));
+    StatsV2 old;
+    memset(&old, 0xa5, sizeof old);
+    old.size = sizeof old;
+    old.version = 2;
+    RANK_EXPECT_OK(log, comm,
+                   hoop_comm_get_stats(comm, (hoop_stats_t *)(void *)&old));
+    RANK_EXPECT(log, old.size == sizeof old && old.version == 2,
+                "size %zu version %u after the call", old.size, old.version);
+    size_t differ = 0;
+    for (int c = 0; c < HOOP_COLL_COUNT; c++)
+      for (int a = 0; a < 6; a++)
+        differ += memcmp(&old.by_coll[c][a], &full.by_coll[c][a],
+                         sizeof old.by_coll[c][a]) != 0;
+    RANK_EXPECT(log, differ == 0, "%zu by_coll entries differ", differ);
+    RANK_EXPECT(log,
+                old.bytes_sent == full.bytes_sent &&
+                    old.bytes_sent_off_host == full.bytes_sent_off_host &&
+                    old.bytes_received_off_host ==
+                        full.bytes_received_off_host &&
+                    old.peers_connected == full.peers_connected &&
+                    old.peers_connected == 2,
+                "fields after by_coll: peers %llu (full %llu)",
+                (unsigned long long)old.peers_connected,
+                (unsigned long long)full.peers_connected);
+    // Version 2 never had more: a larger size is refused, not overrun.
+    std::vector<unsigned char> big(sizeof(hoop_stats_t), 0);
+    size_t big_size = sizeof old + 8;
+    unsigned int two = 2;
+    memcpy(big.data(), &big_size, sizeof big_size);
+    memcpy(big.data() + offsetof(hoop_stats_t, version), &two, sizeof two);
+    hoop_result_t res =
+        hoop_comm_get_stats(comm, (hoop_stats_t *)(void *)big.data());
+    RANK_EXPECT(log, res == HOOP_ERR_INVALID_ARGUMENT,
+                "version 2 with size %zu gave %s", big_size,
+                hoop_result_name(res));
   });
   EXPECT_TRUE(r.all_ok()) << describe(r);
 }

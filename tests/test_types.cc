@@ -88,6 +88,7 @@ TEST(Names, CallDescriptionUsesTheSharedTables) {
 TEST(Names, ParseAlgoTakesOnlySelectableOnes) {
   EXPECT_EQ(hoop__parse_algo("RING"), HOOP_ALGO_RING);
   EXPECT_EQ(hoop__parse_algo("ps"), HOOP_ALGO_PS);
+  EXPECT_EQ(hoop__parse_algo("Hier"), HOOP_ALGO_HIER);
   EXPECT_EQ(hoop__parse_algo("p2p"), -1);
   EXPECT_EQ(hoop__parse_algo("oneshot"), -1);
 }

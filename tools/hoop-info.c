@@ -215,26 +215,30 @@ int main(void) {
     else
       printf("links at %.0f MB/s (HOOP_LINK_MBPS)\n", 1e-6 / m.link_beta_s);
     printf("# predicted all-reduce time (us); AUTO picks the smallest, or "
-           "on 2 ranks up to HOOP_ONESHOT_BYTES the one-shot schedule\n");
-    printf("# %12s %12s %12s %12s %7s\n", "bytes", "ring", "tree", "ps",
-           "auto");
+           "on 2 ranks up to HOOP_ONESHOT_BYTES the one-shot schedule; "
+           "hier is the ring unless hosts hold as many ranks, 2 or more\n");
+    printf("# %12s %12s %12s %12s %12s %7s\n", "bytes", "ring", "tree",
+           "ps", "hier", "auto");
     for (size_t bytes = 1024; bytes <= ((size_t)256 << 20); bytes *= 4) {
       double ring = predict(comm, HOOP_ALGO_RING, bytes);
       double tree = predict(comm, HOOP_ALGO_TREE, bytes);
       double ps = predict(comm, HOOP_ALGO_PS, bytes);
+      double hier = predict(comm, HOOP_ALGO_HIER, bytes);
       double best = predict(comm, HOOP_ALGO_AUTO, bytes);
       /* The one-shot schedule of 2 ranks is AUTO's only, not a column. */
       const char *pick = best == ring   ? "ring"
                          : best == tree ? "tree"
                          : best == ps   ? "ps"
+                         : best == hier ? "hier"
                                         : hoop_algo_name(HOOP_ALGO_ONESHOT);
-      printf("  %12zu %12.1f %12.1f %12.1f %7s\n", bytes, ring * 1e6,
-             tree * 1e6, ps * 1e6, pick);
+      printf("  %12zu %12.1f %12.1f %12.1f %12.1f %7s\n", bytes, ring * 1e6,
+             tree * 1e6, ps * 1e6, hier * 1e6, pick);
     }
     printf("# predicted crossovers:\n");
     print_crossover(comm, HOOP_ALGO_TREE, HOOP_ALGO_RING);
     print_crossover(comm, HOOP_ALGO_PS, HOOP_ALGO_TREE);
     print_crossover(comm, HOOP_ALGO_PS, HOOP_ALGO_RING);
+    print_crossover(comm, HOOP_ALGO_RING, HOOP_ALGO_HIER);
     fflush(stdout);
   }
   res = hoop_barrier(comm);

@@ -75,6 +75,20 @@ int hoop__tree_allreduce_host_load(int nranks, const int *host_index,
 hoop_result_t hoop__ps_build(struct hoop_plan *plan,
                              const struct hoop_call *call);
 
+struct hoop_comm;
+
+/*
+ * Hierarchical all-reduce (hier.c): a ring inside each host, one across
+ * the hosts, one inside again.  It applies where there are 2 hosts or
+ * more with as many ranks (2 or more) on each (comm->ranks_per_host).
+ */
+int hoop__hier_applies(const struct hoop_comm *comm);
+
+/* How many segments it cuts `bytes` into, to overlap its phases. */
+size_t hoop__hier_segments(size_t bytes);
+hoop_result_t hoop__hier_build(struct hoop_plan *plan,
+                               const struct hoop_call *call);
+
 /* Two ranks, each reducing the whole buffer: allreduce (oneshot.c). */
 hoop_result_t hoop__oneshot_build(struct hoop_plan *plan,
                                   const struct hoop_call *call);

@@ -101,42 +101,12 @@ static hoop_result_t check_aliasing(struct hoop_comm *comm,
   return HOOP_SUCCESS;
 }
 
-/* Channels only pay once every one gets at least a slice per chunk. */
-static int channels_for(const struct hoop_comm *comm, size_t bytes) {
-  size_t per = (size_t)comm->nranks * comm->slice_bytes;
-  size_t n = bytes / per;
-  if (n < 1)
-    n = 1;
-  return n < (size_t)comm->nsocks ? (int)n : comm->nsocks;
-}
-
-/*
- * How many slices each ring step may run ahead of the next.  Slices that
- * are only copied or reduced into the result need no buffer, so then a
- * step may run a whole chunk ahead; forwarded slices wait in the outbox,
- * whose budget (HOOP_PIPELINE_BYTES) bounds the depth.  All-reduce's
- * FINAL sums are sent on too, and are bounded like them on every rank
- * (the depth is in the header; whether a rank's call is in place is not):
- * with a whole chunk of lag, 2 ranks sent each sum after it had left the
- * caches and read it back from memory (callgrind's cache model: 0.5 of
- * the buffer more read per call).
- */
-static size_t pipeline_depth(const struct hoop_comm *comm, int sent_on) {
-  if (sent_on == 0)
-    return UINT32_MAX;
-  size_t per_tick = (size_t)sent_on * comm->slice_bytes;
-  size_t ticks = comm->pipeline_bytes / per_tick;
-  return ticks > 2 ? ticks - 1 : 1;
-}
-
 static hoop_result_t build_ring(struct hoop_plan *plan,
                                 const struct hoop_call *c) {
   struct hoop_comm *comm = plan->comm;
-  int n = comm->nranks;
-  int nch = channels_for(comm, c->bytes);
-  int allreduce = c->coll == HOOP_COLL_ALLREDUCE;
-  int forwards = c->coll == HOOP_COLL_ALLGATHER ? 0 : n - 2;
-  size_t depth = pipeline_depth(comm, allreduce ? n - 1 : forwards);
+  int nch;
+  size_t depth;
+  hoop__ring_shape(comm, c->coll, comm->nranks, c->bytes, &nch, &depth);
   /*
    * A sum written straight into an out-of-place recv too large for the
    * caches first reads each line of it in (in place, the local operand
@@ -146,9 +116,9 @@ static hoop_result_t build_ring(struct hoop_plan *plan,
    * out of place took 0.89-0.90 of the time without it, on 2 ranks
    * (bench/results/2026-11-24-cold-threshold.md).
    */
-  int final_via_outbox =
-      allreduce && plan->cold && c->send != c->recv && comm->host_memory;
-  size_t slots = hoop__ring_outbox_slots(c->coll, n, depth,
+  int final_via_outbox = c->coll == HOOP_COLL_ALLREDUCE && plan->cold &&
+                         c->send != c->recv && comm->host_memory;
+  size_t slots = hoop__ring_outbox_slots(c->coll, comm->nranks, depth,
                                          final_via_outbox);
   char *outbox = NULL;
   plan->header.nchannels = (uint16_t)nch;
@@ -159,6 +129,11 @@ static hoop_result_t build_ring(struct hoop_plan *plan,
                                   (void **)&outbox));
   struct hoop_ring_call rc = {
       .coll = c->coll,
+      .n = comm->nranks,
+      .place = comm->ring_place[comm->rank],
+      .ranks = comm->ring_order,
+      .chunks = comm->ring_order,
+      .average = plan->op == HOOP_AVG,
       .nchannels = nch,
       .count = c->count,
       .send = c->send,
@@ -181,6 +156,7 @@ hoop_result_t hoop__collective_build(struct hoop_plan *plan,
   case HOOP_ALGO_TREE: return hoop__tree_build(plan, c);
   case HOOP_ALGO_PS: return hoop__ps_build(plan, c);
   case HOOP_ALGO_ONESHOT: return hoop__oneshot_build(plan, c);
+  case HOOP_ALGO_HIER: return hoop__hier_build(plan, c);
   default: return build_ring(plan, c);
   }
 }

@@ -166,9 +166,41 @@ static void shared_links(const struct hoop_comm *comm, hoop_algo_t algo,
   }
 }
 
+/*
+ * The hierarchical all-reduce (M hosts of L ranks): its ring across the
+ * hosts, 2(M-1) hops with 2(M-1)K/M on each host's link, beside its rings
+ * inside the hosts, where each rank copies 2(L-1)K/L and the host's L ranks
+ * share its cores.  Segments overlap the two but for the first segment's
+ * reduce-scatter and the last one's all-gather.  Without the inside part
+ * the model chose it on 16 hosts of 8 where hoop-sim's shared memory link
+ * made it 1.2x slower than the ring (one core per host, 1 MiB-1 GiB).
+ *
+ * Its 2(L-1) hops inside the hosts are priced as network ones, unlike the
+ * ring's: a phase starts only once the one before is done on the rank, and
+ * on 2 emulated hosts of 2 ranks (1 Gbit/s) small calls took 37-62 us
+ * hierarchically against 27-52 for the ring and 27-35 for the server
+ * (4 B-2 KiB); from 16 KiB it was the fastest (110-132 us, the ring
+ * 196).  Priced like the ring, it won the model at every size there.
+ */
+static double hier_seconds(const struct hoop_comm *comm, double k) {
+  double m = comm->nhosts, l = comm->ranks_per_host;
+  double across = 2 * (m - 1) / m * k * comm->beta_s;
+  double cores = comm->host_cores < l ? comm->host_cores : l;
+  double per_rank = 2 * (l - 1) / l * k;
+  double inside = (per_rank > per_rank * l / cores ? per_rank
+                                                  : per_rank * l / cores) *
+                  comm->host_beta_s;
+  double segments = (double)hoop__hier_segments((size_t)k);
+  return 2 * (m + l - 2) * comm->alpha_s +
+         (across > inside ? across : inside) + inside / segments;
+}
+
 double hoop__predict(const struct hoop_comm *comm, hoop_coll_t coll,
                      hoop_algo_t algo, size_t bytes) {
   double n = comm->nranks, k = (double)bytes;
+  if (algo == HOOP_ALGO_HIER && hoop__hier_applies(comm) &&
+      (coll == HOOP_COLL_ALLREDUCE || coll == HOOP_COLL_BARRIER))
+    return hier_seconds(comm, k);
   double nhops = hops(coll, algo, n);
   if (comm->single_host)
     return nhops * comm->alpha_s +
@@ -189,8 +221,10 @@ hoop_algo_t hoop__choose_algo(const struct hoop_comm *comm,
     return setting;
   if (setting == HOOP_ALGO_PS && !rooted)
     return HOOP_ALGO_PS;
+  if (setting == HOOP_ALGO_HIER && !rooted)
+    return hoop__hier_applies(comm) ? HOOP_ALGO_HIER : HOOP_ALGO_RING;
   /*
-   * AUTO, and PS for broadcast and reduce.  A parameter server is an
+   * AUTO, and PS or HIER for broadcast and reduce.  A parameter server is an
    * all-reduce schedule, and one setting (HOOP_ALGO's, job-wide) covers
    * every collective: a fixed chain in its place would give the broadcasts
    * of a job that set HOOP_ALGO=ps N-1 hops where the model finds the
@@ -209,8 +243,9 @@ hoop_algo_t hoop__choose_algo(const struct hoop_comm *comm,
     return HOOP_ALGO_ONESHOT;
   hoop_algo_t best = HOOP_ALGO_RING;
   double best_s = hoop__predict(comm, coll, HOOP_ALGO_RING, bytes);
-  hoop_algo_t others[] = {HOOP_ALGO_TREE, HOOP_ALGO_PS};
-  for (int i = 0; i < (rooted ? 1 : 2); i++) {
+  hoop_algo_t others[] = {HOOP_ALGO_TREE, HOOP_ALGO_PS, HOOP_ALGO_HIER};
+  int nothers = rooted ? 1 : hoop__hier_applies(comm) ? 3 : 2;
+  for (int i = 0; i < nothers; i++) {
     double s = hoop__predict(comm, coll, others[i], bytes);
     if (s < best_s) {
       best = others[i];
@@ -222,9 +257,10 @@ hoop_algo_t hoop__choose_algo(const struct hoop_comm *comm,
 
 hoop_result_t hoop_comm_set_algo(hoop_comm_t comm, hoop_algo_t algo) {
   HOOP_CHECK(hoop__comm_check_live(comm, "hoop_comm_set_algo"));
-  if ((unsigned)algo > HOOP_ALGO_PS)
+  if (!hoop__algo_selectable((int)algo))
     return HOOP_ERROR(comm, HOOP_ERR_INVALID_ARGUMENT,
-                      "hoop_comm_set_algo: %d is not auto, ring, tree or ps",
+                      "hoop_comm_set_algo: %d is not auto, ring, tree, ps "
+                      "or hier",
                       (int)algo);
   __atomic_store_n(&comm->algo_source, "hoop_comm_set_algo",
                    __ATOMIC_RELEASE);
@@ -246,7 +282,7 @@ hoop_result_t hoop_comm_predict(hoop_comm_t comm, hoop_coll_t coll,
                                 double *seconds) {
   HOOP_CHECK(hoop__comm_check_live(comm, "hoop_comm_predict"));
   if (seconds == NULL || coll < HOOP_COLL_ALLREDUCE ||
-      coll >= HOOP_COLL_COUNT || (unsigned)algo > HOOP_ALGO_PS)
+      coll >= HOOP_COLL_COUNT || !hoop__algo_selectable((int)algo))
     return HOOP_ERROR(comm, HOOP_ERR_INVALID_ARGUMENT,
                       "hoop_comm_predict: bad collective, algorithm or "
                       "NULL result");

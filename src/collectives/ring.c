@@ -1,6 +1,7 @@
 /* The ring schedule as a plan; see ring.h. */
 #include "collectives/ring.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,15 +51,55 @@ size_t hoop__ring_outbox_slots(hoop_coll_t coll, int n, size_t depth,
   return users > 0 ? (depth + 1) * (size_t)users : 0;
 }
 
+/* Channels only pay once every one gets at least a slice per chunk. */
+static int channels_for(const struct hoop_comm *comm, int n, size_t bytes) {
+  size_t per = (size_t)n * comm->slice_bytes;
+  size_t fit = bytes / per;
+  if (fit < 1)
+    fit = 1;
+  return fit < (size_t)comm->nsocks ? (int)fit : comm->nsocks;
+}
+
 /*
- * Elements [*off, *off + *len) of block `rank` that channel `ch` carries.
- * The schedule numbers chunks by ring place; the chunk at place p is the
- * block of the rank there, so reduce-scatter leaves each rank its own.
+ * How many slices each ring step may run ahead of the next.  Slices that
+ * are only copied or reduced into the result need no buffer, so then a
+ * step may run a whole chunk ahead; forwarded slices wait in the outbox,
+ * whose budget (HOOP_PIPELINE_BYTES) bounds the depth.  All-reduce's
+ * FINAL sums are sent on too, and are bounded like them on every rank
+ * (the depth is in the header; whether a rank's call is in place is not):
+ * with a whole chunk of lag, 2 ranks sent each sum after it had left the
+ * caches and read it back from memory (callgrind's cache model: 0.5 of
+ * the buffer more read per call).
  */
-static void channel_part(const struct hoop_ring_call *call, int n, int rank,
+static size_t pipeline_depth(const struct hoop_comm *comm, int sent_on) {
+  if (sent_on == 0)
+    return UINT32_MAX;
+  size_t per_tick = (size_t)sent_on * comm->slice_bytes;
+  size_t ticks = comm->pipeline_bytes / per_tick;
+  return ticks > 2 ? ticks - 1 : 1;
+}
+
+void hoop__ring_shape(const struct hoop_comm *comm, hoop_coll_t coll, int n,
+                      size_t bytes, int *nchannels, size_t *depth) {
+  int forwards = coll == HOOP_COLL_ALLGATHER ? 0 : n - 2;
+  *nchannels = channels_for(comm, n, bytes);
+  *depth = pipeline_depth(comm, coll == HOOP_COLL_ALLREDUCE ? n - 1 : forwards);
+}
+
+/* The number of the chunk at ring place p (see hoop_ring_call.chunks). */
+static int chunk_at(const struct hoop_ring_call *call, int p) {
+  return call->chunks != NULL ? call->chunks[p] : p;
+}
+
+/*
+ * Elements [*off, *off + *len) of chunk `chunk` that channel `ch` carries.
+ * The schedule numbers chunks by ring place; chunk_at names the chunk at
+ * a place, so reduce-scatter leaves each rank its own.
+ */
+static void channel_part(const struct hoop_ring_call *call, int n, int chunk,
                          int ch, size_t *off, size_t *len) {
   size_t coff, clen;
-  hoop__ring_chunk(call->count, n, rank, &coff, &clen);
+  hoop__ring_chunk(call->count, n, chunk, &coff, &clen);
   size_t nch = (size_t)call->nchannels;
   size_t lo = clen * (size_t)ch / nch, hi = clen * (size_t)(ch + 1) / nch;
   *off = coff + lo;
@@ -103,7 +144,8 @@ static hoop_result_t add_slice(struct hoop_plan *plan,
   if (bytes == 0)
     return HOOP_SUCCESS;
   struct hoop_plan_op recv = {.bytes = (uint32_t)bytes, .feed = HOOP_NO_OP,
-                         .after = HOOP_NO_OP, .key = recv_key};
+                              .after = HOOP_NO_OP, .key = recv_key,
+                              .group = call->group, .gate = call->gate};
   size_t slot = 0;
   if (in->action == HOOP_RING_COPY) {
     recv.kind = HOOP_OP_RECV_COPY;
@@ -111,7 +153,7 @@ static hoop_result_t add_slice(struct hoop_plan *plan,
   } else {
     recv.kind = HOOP_OP_RECV_REDUCE;
     recv.src = in->local + at;
-    recv.finish_avg = in->action == HOOP_RING_FINAL && plan->op == HOOP_AVG;
+    recv.finish_avg = in->action == HOOP_RING_FINAL && call->average;
     if (in->action == HOOP_RING_FINAL && !rc->final_via_outbox) {
       recv.dst = in->dst + at;
     } else {
@@ -128,8 +170,9 @@ static hoop_result_t add_slice(struct hoop_plan *plan,
   if (k + 1 == rc->nsteps)
     return HOOP_SUCCESS; /* the last step's result stays here */
   struct hoop_plan_op send = {.kind = HOOP_OP_SEND, .bytes = (uint32_t)bytes,
-                         .src = recv.dst, .feed = recv_id,
-                         .after = HOOP_NO_OP, .key = send_key};
+                              .src = recv.dst, .feed = recv_id,
+                              .after = HOOP_NO_OP, .key = send_key,
+                              .group = call->group, .gate = call->gate};
   int32_t send_id;
   HOOP_CHECK(hoop__plan_op(plan, rc->send_link, &send, &send_id));
   if (in->action == HOOP_RING_FORWARD || recv.copy_to != NULL)
@@ -141,24 +184,22 @@ static hoop_result_t add_slice(struct hoop_plan *plan,
 static size_t describe_steps(const struct hoop_plan *plan,
                              const struct hoop_ring_call *call, int ch,
                              struct ring_channel *rc) {
-  const struct hoop_comm *comm = plan->comm;
-  int n = comm->nranks, r = comm->rank, place = comm->ring_place[r];
+  int n = call->n, place = call->place, own = chunk_at(call, place);
   size_t esz = plan->elem_size;
   /*
    * Reduce-scatter's output and all-gather's input hold one block, not the
-   * whole buffer: their element offsets are relative to block r.
+   * whole buffer: their element offsets are relative to this rank's block.
    */
   size_t own_off, own_len;
-  hoop__ring_chunk(call->count, n, r, &own_off, &own_len);
+  hoop__ring_chunk(call->count, n, own, &own_off, &own_len);
   size_t send_bias = call->coll == HOOP_COLL_ALLGATHER ? own_off : 0;
   size_t recv_bias = call->coll == HOOP_COLL_REDUCE_SCATTER ? own_off : 0;
   size_t longest = 0;
   for (int k = 0; k <= rc->nsteps; k++) {
     size_t off, len;
-    channel_part(
-        call, n,
-        comm->ring_order[hoop__ring_out_chunk(call->coll, place, n, k)], ch,
-        &off, &len);
+    channel_part(call, n,
+                 chunk_at(call, hoop__ring_out_chunk(call->coll, place, n, k)),
+                 ch, &off, &len);
     struct ring_step *s = &rc->steps[k];
     s->action = k == 0 ? HOOP_RING_COPY
                        : hoop__ring_action(call->coll, n, k - 1);
@@ -192,18 +233,20 @@ static hoop_result_t build_channel(struct hoop_plan *plan,
       k_last = (size_t)rc->nsteps - 1;
     for (int k = (int)k_first; k <= (int)k_last; k++) {
       size_t round = t - (size_t)k * depth;
-      uint64_t key = hoop__key(t, (uint32_t)k);
+      uint64_t key = hoop__key(call->tick_base + t, (uint32_t)k);
       size_t first = window(rc->steps[0].bytes, round, slice);
       if (k == 0 && first > 0) {
         struct hoop_plan_op send = {.kind = HOOP_OP_SEND,
                                .bytes = (uint32_t)first,
                                .src = rc->steps[0].local + round * slice,
                                .feed = HOOP_NO_OP, .after = HOOP_NO_OP,
-                               .key = key};
+                               .key = key, .group = call->group,
+                               .gate = call->gate};
         HOOP_CHECK(hoop__plan_op(plan, rc->send_link, &send, NULL));
       }
-      HOOP_CHECK(add_slice(plan, call, rc, k, round, key,
-                           hoop__key(t + depth, (uint32_t)(k + 1))));
+      HOOP_CHECK(add_slice(
+          plan, call, rc, k, round, key,
+          hoop__key(call->tick_base + t + depth, (uint32_t)(k + 1))));
     }
   }
   return HOOP_SUCCESS;
@@ -212,8 +255,9 @@ static hoop_result_t build_channel(struct hoop_plan *plan,
 hoop_result_t hoop__ring_build(struct hoop_plan *plan,
                                const struct hoop_ring_call *call) {
   struct hoop_comm *comm = plan->comm;
-  int n = comm->nranks, r = comm->rank;
-  int next = hoop__ring_peer(comm, r, 1), prev = hoop__ring_peer(comm, r, -1);
+  int n = call->n;
+  int next = call->ranks[(call->place + 1) % n];
+  int prev = call->ranks[(call->place + n - 1) % n];
   struct ring_channel rc = {.nsteps = hoop__ring_nsteps(call->coll, n),
                             .final_via_outbox = call->final_via_outbox};
   hoop_result_t res = HOOP_SUCCESS;

@@ -37,6 +37,24 @@ enum hoop_ring_action hoop__ring_action(hoop_coll_t coll, int n,
 
 struct hoop_ring_call {
   hoop_coll_t coll;
+  /*
+   * The ring: n ranks, ranks[p] at place p, this rank at `place`.  The
+   * chunk at place p is number chunks[p] (reduce-scatter leaves it there,
+   * all-gather starts from it); NULL: number p.  The communicator's ring
+   * passes its order for both, so that rank r's block is chunk r.
+   */
+  int n;
+  int place;
+  const int *ranks;
+  const int *chunks;
+  /*
+   * A ring that is one phase of a larger plan: its ticks start at
+   * tick_base (so that rings sharing a link keep their order), its ops
+   * count into `group` and wait for the groups up to `gate` (engine.h).
+   */
+  uint64_t tick_base;
+  uint16_t group, gate;
+  int average;  /* HOOP_AVG: the FINAL step divides by the comm's ranks */
   int nchannels;
   size_t count; /* elements of the whole buffer (nranks * block for RS/AG) */
   const char *send;
@@ -61,6 +79,16 @@ struct hoop_ring_call {
  */
 size_t hoop__ring_outbox_slots(hoop_coll_t coll, int n, size_t depth,
                                int final_via_outbox);
+
+struct hoop_comm;
+
+/*
+ * Channels and pipeline depth of a ring of n ranks moving `bytes`, from
+ * the communicator's settings (HOOP_NSOCKS, HOOP_SLICE_BYTES,
+ * HOOP_PIPELINE_BYTES).
+ */
+void hoop__ring_shape(const struct hoop_comm *comm, hoop_coll_t coll, int n,
+                      size_t bytes, int *nchannels, size_t *depth);
 
 /* Adds this rank's ring ops for every channel to the plan. */
 hoop_result_t hoop__ring_build(struct hoop_plan *plan,

@@ -86,6 +86,7 @@ struct hoop_comm {
   int host_memory;       /* ... and reaches all of them through memory */
   int *host_index;       /* [nranks], numbered at creation (topology.c) */
   int nhosts;            /* how many numbers host_index holds */
+  int ranks_per_host;    /* every host's ranks where all have as many, else 0 */
   /*
    * The ring's order: ranks by host (in host_index order), then by rank,
    * so that a ring crosses each host's link twice however the launcher

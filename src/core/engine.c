@@ -55,6 +55,8 @@ static size_t after_ready_slow(const struct hoop_plan *p,
  */
 static inline size_t after_ready(const struct hoop_plan *p,
                                  const struct hoop_plan_op *o) {
+  if (o->gate > p->groups_complete)
+    return 0;
   return o->after == HOOP_NO_OP ? o->bytes : after_ready_slow(p, o);
 }
 
@@ -107,6 +109,23 @@ static int gather_out(const struct hoop_plan *p, struct hoop_link *l,
   return n;
 }
 
+/* Moves groups_complete past every complete group. */
+static void open_gates(struct hoop_plan *p) {
+  while (p->groups_complete + 1 < p->ngroups &&
+         p->group_left[p->groups_complete + 1] == 0)
+    p->groups_complete++;
+}
+
+/* Marks a link's current op complete once all its bytes are. */
+static void advance(struct hoop_plan *p, struct hoop_link *l,
+                    const struct hoop_plan_op *o) {
+  if (o->done == o->bytes) {
+    l->cur++;
+    if (o->group != 0 && --p->group_left[o->group] == 0)
+      open_gates(p);
+  }
+}
+
 static hoop_result_t send_progress(struct hoop_plan *p, struct hoop_link *l,
                                    int *progress) {
   struct iovec iov[MAX_IOV];
@@ -129,8 +148,7 @@ static hoop_result_t send_progress(struct hoop_plan *p, struct hoop_link *l,
     size_t take = min_size(sent, o->bytes - o->done);
     o->done += (uint32_t)take;
     sent -= take;
-    if (o->done == o->bytes)
-      l->cur++;
+    advance(p, l, o);
   }
   return HOOP_SUCCESS;
 }
@@ -202,10 +220,10 @@ static size_t recv_run(const struct hoop_plan *p, const struct hoop_link *l) {
   return bytes;
 }
 
-static void finish_op(struct hoop_link *l, struct hoop_plan_op *o, size_t moved) {
+static void finish_op(struct hoop_plan *p, struct hoop_link *l,
+                      struct hoop_plan_op *o, size_t moved) {
   o->done += (uint32_t)moved;
-  if (o->done == o->bytes)
-    l->cur++;
+  advance(p, l, o);
 }
 
 static hoop_result_t recv_copy(struct hoop_plan *p, struct hoop_link *l,
@@ -218,7 +236,7 @@ static hoop_result_t recv_copy(struct hoop_plan *p, struct hoop_link *l,
   while (got > 0) {
     o = &p->ops[l->ops[l->cur]];
     size_t take = min_size(got, o->bytes - o->done);
-    finish_op(l, o, take);
+    finish_op(p, l, o, take);
     got -= take;
   }
   return HOOP_SUCCESS;
@@ -277,7 +295,7 @@ static hoop_result_t recv_reduce(struct hoop_plan *p, struct hoop_link *l,
     in = (const char *)in + m;
     avail -= m;
     *moved += m;
-    finish_op(l, o, m);
+    finish_op(p, l, o, m);
   }
   return HOOP_SUCCESS;
 }
@@ -542,6 +560,10 @@ static void start(struct hoop_plan *p) {
   p->headers_pending = 0;
   for (int i = 0; i < p->nops; i++)
     p->ops[i].done = 0;
+  for (int g = 0; g < p->ngroups; g++)
+    p->group_left[g] = p->group_ops[g];
+  p->groups_complete = 0;
+  open_gates(p);
   for (int i = 0; i < p->nlinks; i++) {
     struct hoop_link *l = &p->links[i];
     p->headers_pending += !l->send;

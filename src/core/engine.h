@@ -79,6 +79,15 @@ struct hoop_plan_op {
   int32_t feed;       /* SEND: op producing src (forwarded as it goes) */
   int32_t after;      /* op that must be complete before this starts */
   uint32_t done;      /* bytes sent, or received and processed */
+  /*
+   * Phases: `group` counts this op into a group (0: none), and the op
+   * starts once every op of groups 1 to `gate` is complete (0: no gate).
+   * One `after` names a single op; a plan in phases (the hierarchical
+   * all-reduce: rings inside each host, then across hosts) needs "all of
+   * the phases before", whose last ops differ by link and channel.
+   */
+  uint16_t group;
+  uint16_t gate;
   uint64_t key;       /* stream order on the link, the same on both ends */
 };
 
@@ -132,6 +141,15 @@ struct hoop_plan {
   int nops, ops_cap;
   struct hoop_link *links;
   int nlinks, links_cap;
+  /*
+   * Ops per group (see hoop_plan_op.group), those not complete yet, and
+   * the groups from 1 up that are complete: ops gated at most that far
+   * may start.
+   */
+  uint32_t *group_ops;
+  uint32_t *group_left;
+  int ngroups;
+  int groups_complete;
   int cold; /* received data goes past the caches (comm->cold_bytes) */
   struct pollfd *pollfds; /* room for every link and the listening socket */
   /*
@@ -154,6 +172,9 @@ void hoop__plan_free(struct hoop_plan *plan);
  */
 hoop_result_t hoop__plan_link(struct hoop_plan *plan, int peer, int channel,
                               int send, int *link);
+
+/* Makes groups 1..ngroups for the plan's ops (hoop_plan_op.group). */
+hoop_result_t hoop__plan_groups(struct hoop_plan *plan, int ngroups);
 
 /* Appends an op to a link; *id gets its index for later feed/after. */
 hoop_result_t hoop__plan_op(struct hoop_plan *plan, int link,

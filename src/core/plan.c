@@ -20,6 +20,8 @@ void hoop__plan_free(struct hoop_plan *plan) {
     free(plan->links[i].ops);
   free(plan->links);
   free(plan->ops);
+  free(plan->group_ops);
+  free(plan->group_left);
   free(plan->pollfds);
   memset(plan, 0, sizeof *plan);
 }
@@ -68,9 +70,27 @@ hoop_result_t hoop__plan_link(struct hoop_plan *plan, int peer, int channel,
   return HOOP_SUCCESS;
 }
 
+hoop_result_t hoop__plan_groups(struct hoop_plan *plan, int ngroups) {
+  free(plan->group_ops);
+  free(plan->group_left);
+  plan->ngroups = 0;
+  plan->group_ops = calloc((size_t)ngroups + 1, sizeof *plan->group_ops);
+  plan->group_left = calloc((size_t)ngroups + 1, sizeof *plan->group_left);
+  if (plan->group_ops == NULL || plan->group_left == NULL)
+    return HOOP_ERROR(plan->comm, HOOP_ERR_NO_MEMORY, "plan of %d groups",
+                      ngroups);
+  plan->ngroups = ngroups + 1;
+  return HOOP_SUCCESS;
+}
+
 hoop_result_t hoop__plan_op(struct hoop_plan *plan, int link,
                             const struct hoop_plan_op *op, int32_t *id) {
   struct hoop_link *l = &plan->links[link];
+  if ((op->group != 0 || op->gate != 0) &&
+      (op->group >= plan->ngroups || op->gate >= plan->ngroups))
+    return HOOP_ERROR(plan->comm, HOOP_ERR_INTERNAL,
+                      "plan op in group %d (gate %d) of %d", op->group,
+                      op->gate, plan->ngroups - 1);
   HOOP_CHECK(grow(plan->comm, (void **)&plan->ops, &plan->ops_cap,
                   plan->nops + 1, sizeof *plan->ops));
   HOOP_CHECK(grow(plan->comm, (void **)&l->ops, &l->cap, l->nops + 1,
@@ -79,6 +99,8 @@ hoop_result_t hoop__plan_op(struct hoop_plan *plan, int link,
   plan->ops[plan->nops].done = 0;
   l->ops[l->nops++] = plan->nops;
   l->bytes += op->bytes;
+  if (op->group != 0)
+    plan->group_ops[op->group]++;
   if (id != NULL)
     *id = plan->nops;
   plan->nops++;

@@ -66,19 +66,70 @@ static hoop_result_t settle(hoop_comm_t comm, const char *what) {
   return HOOP_SUCCESS;
 }
 
+/*
+ * hoop_stats_t of versions 1 and 2, before HOOP_ALGO_HIER widened by_coll:
+ * programs built then read this layout.  Their hierarchical calls count
+ * under the ring, the schedule a hierarchical all-reduce is made of.
+ */
+#define STATS_V2_ALGOS 6
+struct stats_v2 {
+  size_t size;
+  unsigned int version;
+  uint64_t bytes_sent;
+  uint64_t bytes_received;
+  hoop_coll_stats_t by_coll[HOOP_COLL_COUNT][STATS_V2_ALGOS];
+  uint64_t bytes_sent_off_host;
+  uint64_t bytes_received_off_host;
+  uint64_t peers_connected;
+};
+
+static void add_coll_stats(hoop_coll_stats_t *to, const hoop_coll_stats_t *s) {
+  to->calls += s->calls;
+  to->time_ns += s->time_ns;
+  to->wait_ns += s->wait_ns;
+  to->bytes_sent += s->bytes_sent;
+  to->bytes_received += s->bytes_received;
+}
+
+static void stats_as_v2(const hoop_stats_t *s, struct stats_v2 *old) {
+  *old = (struct stats_v2){
+      .bytes_sent = s->bytes_sent,
+      .bytes_received = s->bytes_received,
+      .bytes_sent_off_host = s->bytes_sent_off_host,
+      .bytes_received_off_host = s->bytes_received_off_host,
+      .peers_connected = s->peers_connected,
+  };
+  for (int c = 0; c < HOOP_COLL_COUNT; c++) {
+    for (int a = 0; a < STATS_V2_ALGOS; a++)
+      old->by_coll[c][a] = s->by_coll[c][a];
+    add_coll_stats(&old->by_coll[c][HOOP_ALGO_RING],
+                   &s->by_coll[c][HOOP_ALGO_HIER]);
+  }
+}
+
 hoop_result_t hoop_comm_get_stats(hoop_comm_t comm, hoop_stats_t *stats) {
   HOOP_CHECK(settle(comm, "hoop_comm_get_stats"));
   if (stats == NULL)
     return HOOP_ERROR(comm, HOOP_ERR_INVALID_ARGUMENT,
                       "hoop_comm_get_stats: stats is NULL");
+  unsigned int version;
+  memcpy(&version, (const char *)stats + offsetof(hoop_stats_t, version),
+         sizeof version);
+  size_t first = offsetof(hoop_stats_t, bytes_sent);
   hoop_result_t res = hoop__check_versioned(
-      "hoop_comm_get_stats", "hoop_stats_t", "HOOP_STATS_INIT", stats,
-      offsetof(hoop_stats_t, bytes_sent), sizeof *stats, HOOP_STATS_VERSION);
+      "hoop_comm_get_stats", "hoop_stats_t", "HOOP_STATS_INIT", stats, first,
+      version < 3 ? sizeof(struct stats_v2) : sizeof *stats,
+      HOOP_STATS_VERSION);
   if (res != HOOP_SUCCESS)
     return hoop__error_attach(comm, res);
   pthread_mutex_lock(&comm->state_lock);
-  hoop__fill_versioned(stats, &comm->stats,
-                       offsetof(hoop_stats_t, bytes_sent));
+  if (version < 3) {
+    struct stats_v2 old;
+    stats_as_v2(&comm->stats, &old);
+    hoop__fill_versioned(stats, &old, first);
+  } else {
+    hoop__fill_versioned(stats, &comm->stats, first);
+  }
   pthread_mutex_unlock(&comm->state_lock);
   return HOOP_SUCCESS;
 }

@@ -78,6 +78,11 @@ hoop_result_t hoop__comm_index_hosts(struct hoop_comm *comm) {
   comm->nhosts = hosts;
   free(order);
   order_ring(comm, hosts, lowest);
+  /* order_ring leaves lowest[h] the place after host h's last rank. */
+  comm->ranks_per_host = n / hosts;
+  for (int h = 0; h < hosts; h++)
+    if (lowest[h] != (h + 1) * (n / hosts))
+      comm->ranks_per_host = 0;
   free(lowest);
   return HOOP_SUCCESS;
 }

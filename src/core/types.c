@@ -42,6 +42,7 @@ static const char *const algo_names[HOOP_ALGO_COUNT] = {
     [HOOP_ALGO_AUTO] = "auto", [HOOP_ALGO_RING] = "ring",
     [HOOP_ALGO_TREE] = "tree", [HOOP_ALGO_PS] = "ps",
     [HOOP_ALGO_P2P] = "p2p", [HOOP_ALGO_ONESHOT] = "oneshot",
+    [HOOP_ALGO_HIER] = "hier",
 };
 
 const char *hoop_algo_name(hoop_algo_t algo) {
@@ -113,9 +114,14 @@ void hoop__fill_versioned(void *out, const void *full, size_t first) {
   memcpy((char *)out + first, (const char *)full + first, head.size - first);
 }
 
+int hoop__algo_selectable(int algo) {
+  return (algo >= HOOP_ALGO_AUTO && algo <= HOOP_ALGO_PS) ||
+         algo == HOOP_ALGO_HIER;
+}
+
 int hoop__parse_algo(const char *text) {
-  for (int a = HOOP_ALGO_AUTO; a <= HOOP_ALGO_PS; a++) {
-    if (strcasecmp(text, algo_names[a]) == 0)
+  for (int a = HOOP_ALGO_AUTO; a < HOOP_ALGO_COUNT; a++) {
+    if (hoop__algo_selectable(a) && strcasecmp(text, algo_names[a]) == 0)
       return a;
   }
   return -1;

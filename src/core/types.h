@@ -28,6 +28,9 @@ hoop_result_t hoop__check_versioned(const char *fn, const char *type,
    version fields, which stay as the caller set them. */
 void hoop__fill_versioned(void *out, const void *full, size_t first);
 
+/* Whether a setting may name the algorithm: auto, ring, tree, ps, hier. */
+int hoop__algo_selectable(int algo);
+
 /* Parses HOOP_ALGO's text; returns -1 when it names no algorithm. */
 int hoop__parse_algo(const char *text);
 

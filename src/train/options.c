@@ -34,7 +34,7 @@ static void usage(FILE *to) {
     "  --momentum X        SGD momentum (default 0.9)\n"
     "  --weight-decay X    L2 penalty (default 0)\n"
     "  --bucket-kb N       gradient bucket size (default 128)\n"
-    "  --algo ring|tree|ps|auto  all-reduce algorithm (default auto)\n"
+    "  --algo ring|tree|ps|hier|auto  all-reduce algorithm (default auto)\n"
     "  --seed N            initial parameters and shuffling (default 1)\n"
     "  --train-limit N     use the first N training samples (default all)\n"
     "  --test-limit N      use the first N test samples (default all)\n"
@@ -191,11 +191,14 @@ static int parse_choice(int c, const char *arg, struct options *o) {
     break;
   case O_ALGO: {
     int found = -1;
-    for (int a = HOOP_ALGO_AUTO; a <= HOOP_ALGO_PS; a++)
-      if (strcmp(arg, hoop_algo_name((hoop_algo_t)a)) == 0)
-        found = a;
+    hoop_algo_t choices[] = {HOOP_ALGO_AUTO, HOOP_ALGO_RING, HOOP_ALGO_TREE,
+                             HOOP_ALGO_PS, HOOP_ALGO_HIER};
+    for (size_t i = 0; i < sizeof choices / sizeof *choices; i++)
+      if (strcmp(arg, hoop_algo_name(choices[i])) == 0)
+        found = choices[i];
     if (found < 0)
-      return die_usage("--algo is ring, tree, ps or auto, not \"%s\"", arg);
+      return die_usage("--algo is ring, tree, ps, hier or auto, not \"%s\"",
+                       arg);
     o->algo = (hoop_algo_t)found;
     break;
   }

@@ -27,7 +27,8 @@
 static void usage(FILE *f) {
   fprintf(f,
 "usage: hoop-sim [-n ranks | --hosts M] [--ranks-per-host L]\n"
-"                [--placement contiguous|cyclic] [-a ring|tree|ps|auto|all]\n"
+"                [--placement contiguous|cyclic]\n"
+"                [-a ring|tree|ps|hier|auto|all]\n"
 "                [-b min] [-e max] [-f factor] [--sizes 4K,1M,...]\n"
 "                [--link-rate R] [--link-latency T] [--shm-rate R]\n"
 "                [--shm-latency T] [--slice B] [--max-ops N]\n"
@@ -35,12 +36,12 @@ static void usage(FILE *f) {
 "                [--model-host-rate R] [--model-cores C]\n"
 "\n"
 "Builds every rank's all-reduce plan with hoop's own builders (ring.c,\n"
-"tree.c, ps.c) for a communicator held in memory, and runs the plans'\n"
-"ops through a discrete-event model: each host has one NIC (rate and\n"
+"tree.c, ps.c, hier.c) for a communicator held in memory, and runs the\n"
+"plans' ops through a discrete-event model: each host has one NIC (rate and\n"
 "latency, each direction on its own, first come first served) for\n"
 "messages between hosts, and one memory link (--shm-rate) for messages\n"
 "between its own ranks.  An op waits for its data and for what the plan\n"
-"records (feed, after, the op before it on its link).\n"
+"records (feed, after, its gate, the op before it on its link).\n"
 "\n"
 "Left out: the time to reduce or copy received bytes (a receive is done\n"
 "when its last byte arrives), forwarding part of a slice before all of\n"
@@ -52,8 +53,9 @@ static void usage(FILE *f) {
 "  --hosts M, --ranks-per-host L   N = M x L (default 1 x 8)\n"
 "  --placement P       contiguous (rank r on host r / L, default) or\n"
 "                      cyclic (host r %% M)\n"
-"  -a ALGO             ring, tree, ps, auto (the cost model's pick), or\n"
-"                      all (the three, then auto against the fastest)\n"
+"  -a ALGO             ring, tree, ps, hier, auto (the cost model's pick),\n"
+"                      or all (those that apply, then auto against the\n"
+"                      fastest)\n"
 "  -b, -e, -f          sizes from -b to -e, times -f (as hoop-bench;\n"
 "                      defaults 4K, 1G, 4)\n"
 "  --sizes LIST        these sizes instead (K, M, G: powers of 1024)\n"
@@ -143,6 +145,7 @@ static const char *algo_name(hoop_algo_t a) {
   case HOOP_ALGO_TREE: return "tree";
   case HOOP_ALGO_PS: return "ps";
   case HOOP_ALGO_ONESHOT: return "oneshot";
+  case HOOP_ALGO_HIER: return "hier";
   default: return "auto";
   }
 }
@@ -167,7 +170,9 @@ static void size_text(size_t b, char *buf, size_t len) {
 /*
  * The bytes column each table checks against its closed form: for the
  * ring the most a rank sent (2(N-1)K/N), for the tree likewise (its
- * busiest rank's), for the server what went through rank 0 (2(N-1)K).
+ * busiest rank's), for the server what went through rank 0 (2(N-1)K),
+ * for the hierarchical all-reduce the busiest host link, one way
+ * (2(M-1)K/M).
  */
 static void rank_bytes(const struct hoop_sim_config *cfg, hoop_algo_t a,
                        const struct hoop_sim_result *r, size_t bytes,
@@ -182,6 +187,9 @@ static void rank_bytes(const struct hoop_sim_config *cfg, hoop_algo_t a,
   } else if (a == HOOP_ALGO_ONESHOT) {
     *sim = (double)r->max_rank_sent;
     *cf = k;
+  } else if (a == HOOP_ALGO_HIER) {
+    *sim = (double)r->max_nic_bytes;
+    *cf = 2.0 * (cfg->hosts - 1) / cfg->hosts * k;
   } else {
     *sim = (double)r->max_rank_sent;
     *cf = 2 * (n - 1) / n * k;
@@ -191,6 +199,7 @@ static void rank_bytes(const struct hoop_sim_config *cfg, hoop_algo_t a,
 static void table_header(const struct hoop_sim_config *cfg, hoop_algo_t a) {
   const char *what = a == HOOP_ALGO_PS     ? "root sent+recv, cf 2(N-1)K"
                      : a == HOOP_ALGO_TREE ? "max rank sent, cf 2K (N>=5)"
+                     : a == HOOP_ALGO_HIER ? "max host link, cf 2(M-1)K/M"
                                            : "max rank sent, cf 2(N-1)K/N";
   printf("\n# %s: time and algbw simulated; cf_us the closed form; "
          "rank_bytes = %s\n", a == HOOP_ALGO_AUTO ? "auto" : algo_name(a),
@@ -293,12 +302,15 @@ int main(int argc, char **argv) {
   if (cfg.slice_bytes % 4 != 0 || cfg.slice_bytes == 0)
     die("--slice must be a positive multiple of 4%s", "");
 
-  hoop_algo_t algos[3];
+  hoop_algo_t algos[4];
   int nalgos = 0, with_auto = 0;
   if (strcmp(algo_arg, "all") == 0) {
     algos[0] = HOOP_ALGO_RING, algos[1] = HOOP_ALGO_TREE;
     algos[2] = HOOP_ALGO_PS;
     nalgos = 3;
+    /* Elsewhere the hierarchical all-reduce is the ring. */
+    if (hosts >= 2 && per_host >= 2)
+      algos[nalgos++] = HOOP_ALGO_HIER;
     with_auto = 1;
   } else if (strcmp(algo_arg, "auto") == 0) {
     algos[nalgos++] = HOOP_ALGO_AUTO;
@@ -308,8 +320,10 @@ int main(int argc, char **argv) {
     algos[nalgos++] = HOOP_ALGO_TREE;
   } else if (strcmp(algo_arg, "ps") == 0) {
     algos[nalgos++] = HOOP_ALGO_PS;
+  } else if (strcmp(algo_arg, "hier") == 0) {
+    algos[nalgos++] = HOOP_ALGO_HIER;
   } else {
-    die("-a %s: ring, tree, ps, auto or all", algo_arg);
+    die("-a %s: ring, tree, ps, hier, auto or all", algo_arg);
   }
   if (nsizes == 0) {
     if (factor < 2 || min_b > max_b)
@@ -332,7 +346,7 @@ int main(int argc, char **argv) {
          "buffer bounds, TCP dynamics, cores (see --help)\n");
 
   double t_start = now_s();
-  static double best[MAX_SIZES], took[3][MAX_SIZES];
+  static double best[MAX_SIZES], took[4][MAX_SIZES];
   static hoop_algo_t best_algo[MAX_SIZES];
   int failed = 0;
   for (int ai = 0; ai < nalgos; ai++) {
@@ -368,7 +382,7 @@ int main(int argc, char **argv) {
   }
   if (with_auto) {
     printf("\n# auto: the cost model's pick (model.c) against the "
-           "simulator's fastest of ring, tree, ps\n");
+           "simulator's fastest of those above\n");
     printf("%10s %8s %14s %8s %14s %10s %6s\n", "bytes", "auto", "auto_us",
            "fastest", "fastest_us", "auto/best", "agree");
     for (int i = 0; i < nsizes; i++) {

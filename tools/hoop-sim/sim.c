@@ -165,6 +165,8 @@ static uint64_t max_scale(const struct hoop_comm *comm, hoop_algo_t algo,
   size_t slice = comm->slice_bytes / 4, unit = count;
   if (algo == HOOP_ALGO_RING)
     unit = count / (size_t)comm->nranks;
+  else if (algo == HOOP_ALGO_HIER) /* a part of a segment, across hosts */
+    unit = count / (size_t)comm->nranks / (size_t)comm->nhosts / 8;
   else if (algo == HOOP_ALGO_TREE)
     unit = count / 2;
   else if (algo == HOOP_ALGO_PS && slice > HOOP_PS_PIECE_BYTES / 4)
@@ -244,7 +246,29 @@ struct sim {
   uint32_t *dep;
   size_t nops, ndep;
   size_t bytes_cap, flags_cap, start_cap, dep_cap;
+  /*
+   * The plans' groups (engine.h), numbered across ranks: each rank's are
+   * consecutive from group_base[rank], and its first complete[rank] are
+   * complete.  member[g] is op g's group or NO_GROUP; gated[groups[x].
+   * gated_start ...] are the ops whose gate is group x, which start once
+   * their rank's groups up to x are complete.
+   */
+  uint32_t *member;            /* [ops] */
+  struct sim_group *groups;    /* [ngroups + 1] */
+  uint32_t *gated;
+  uint32_t *group_base;        /* [n + 1] */
+  uint32_t *complete;          /* [n] */
+  size_t ngroups, ngated;
+  size_t member_cap, groups_cap, gated_cap;
 };
+
+struct sim_group {
+  uint32_t left; /* ops not complete */
+  uint32_t rank;
+  uint32_t gated_start;
+};
+
+#define NO_GROUP UINT32_MAX
 
 static int grow(void **array, size_t *cap, size_t need, size_t elem) {
   if (need <= *cap)
@@ -266,6 +290,43 @@ static void sim_free(struct sim *s) {
   free(s->flags);
   free(s->dep_start);
   free(s->dep);
+  free(s->member);
+  free(s->groups);
+  free(s->gated);
+  free(s->group_base);
+  free(s->complete);
+}
+
+/* Records rank's groups and which of its ops wait on them. */
+static int append_groups(struct sim *s, const struct hoop_plan *plan,
+                         int rank, const uint32_t *l2g) {
+  size_t g0 = s->ngroups, groups = plan->ngroups > 0 ? plan->ngroups - 1 : 0;
+  size_t total = g0 + groups;
+  if (grow((void **)&s->groups, &s->groups_cap, total + 1, sizeof *s->groups))
+    return -1;
+  s->group_base[rank] = (uint32_t)g0;
+  s->group_base[rank + 1] = (uint32_t)total;
+  size_t at = s->ngated;
+  for (size_t x = 0; x < groups; x++) {
+    s->groups[g0 + x] = (struct sim_group){.left = plan->group_ops[x + 1],
+                                           .rank = (uint32_t)rank,
+                                           .gated_start = (uint32_t)at};
+    for (int i = 0; i < plan->nops; i++) {
+      if (plan->ops[i].gate != x + 1)
+        continue;
+      if (grow((void **)&s->gated, &s->gated_cap, at + 1, sizeof *s->gated))
+        return -1;
+      s->gated[at++] = l2g[i];
+    }
+  }
+  s->groups[total].gated_start = (uint32_t)at;
+  s->ngated = at;
+  s->ngroups = total;
+  for (int i = 0; i < plan->nops; i++)
+    s->member[l2g[i]] = plan->ops[i].group != 0
+                            ? (uint32_t)(g0 + plan->ops[i].group - 1)
+                            : NO_GROUP;
+  return 0;
 }
 
 /* Appends one rank's built plan; frees nothing. */
@@ -280,6 +341,7 @@ static int append_plan(struct sim *s, const struct hoop_plan *plan, int rank,
       grow((void **)&s->flags, &s->flags_cap, total, sizeof *s->flags) ||
       grow((void **)&s->dep_start, &s->start_cap, total + 1,
            sizeof *s->dep_start) ||
+      grow((void **)&s->member, &s->member_cap, total, sizeof *s->member) ||
       grow((void **)&s->links, &s->links_cap, s->nlinks + (size_t)plan->nlinks,
            sizeof *s->links))
     goto out_nomem;
@@ -311,7 +373,8 @@ static int append_plan(struct sim *s, const struct hoop_plan *plan, int rank,
       s->flags[at] = (uint8_t)((l->send ? F_SEND : 0) |
                                (j == l->nops - 1 ? F_LAST : 0) |
                                ((j > 0) + (o->feed != HOOP_NO_OP) +
-                                (o->after != HOOP_NO_OP) + !l->send));
+                                (o->after != HOOP_NO_OP) + !l->send +
+                                (o->gate != 0)));
       at++;
     }
   }
@@ -344,6 +407,8 @@ static int append_plan(struct sim *s, const struct hoop_plan *plan, int rank,
   s->ndep = d;
   s->nops = total;
   s->dep_start[total] = (uint32_t)d;
+  if (append_groups(s, plan, rank, l2g) != 0)
+    goto out_free;
   free(k);
   free(l2g);
   free(fill);
@@ -517,10 +582,29 @@ static int satisfy(struct sim *s, struct heap *h, uint32_t g, double t) {
   return heap_push(h, t, g, (s->flags[g] & F_SEND) ? EV_ISSUE : EV_DONE);
 }
 
+/* Opens rank's gates up to its first group not complete. */
+static int open_gates(struct sim *s, struct heap *h, uint32_t rank,
+                      double t) {
+  uint32_t base = s->group_base[rank], end = s->group_base[rank + 1];
+  while (base + s->complete[rank] < end &&
+         s->groups[base + s->complete[rank]].left == 0) {
+    uint32_t x = base + s->complete[rank]++;
+    for (uint32_t i = s->groups[x].gated_start;
+         i < s->groups[x + 1].gated_start; i++)
+      if (satisfy(s, h, s->gated[i], t))
+        return -1;
+  }
+  return 0;
+}
+
+/* Op g is complete: its dependents and, if it closes one, its group's. */
 static int notify(struct sim *s, struct heap *h, uint32_t g, double t) {
   for (uint32_t i = s->dep_start[g]; i < s->dep_start[g + 1]; i++)
     if (satisfy(s, h, s->dep[i], t))
       return -1;
+  uint32_t x = s->member[g];
+  if (x != NO_GROUP && --s->groups[x].left == 0)
+    return open_gates(s, h, s->groups[x].rank, t);
   return 0;
 }
 
@@ -545,6 +629,10 @@ static int run(struct sim *s, struct counters *cnt, double *end, char *err,
   for (uint32_t g = 0; g < s->nops; g++)
     if ((s->flags[g] & F_PENDING) == 0 &&
         heap_push(&h, 0, g, (s->flags[g] & F_SEND) ? EV_ISSUE : EV_DONE))
+      goto out;
+  /* Gates on groups without ops are open from the start. */
+  for (int r = 0; r < s->n; r++)
+    if (open_gates(s, &h, (uint32_t)r, 0))
       goto out;
   while (h.n > 0) {
     struct ev e = heap_pop(&h);
@@ -635,6 +723,9 @@ double hoop_sim_closed_form(const struct hoop_sim_config *cfg,
                                             : 2 * (n - 1);
   if (cfg->hosts == 1)
     return hops * cfg->shm_latency + 2 * (n - 1) * k / cfg->shm_rate;
+  if (algo == HOOP_ALGO_HIER) /* the ring across hosts; the rest hidden */
+    return 2.0 * (cfg->hosts - 1) *
+           (cfg->link_latency + k / cfg->hosts / cfg->link_rate);
   double link;
   if (algo == HOOP_ALGO_TREE) {
     int sent, reduced;
@@ -674,11 +765,14 @@ int hoop_sim_allreduce(const struct hoop_sim_config *cfg, hoop_algo_t algo,
     return -1;
   if (algo == HOOP_ALGO_AUTO)
     algo = hoop__choose_algo(comm, HOOP_ALGO_AUTO, HOOP_COLL_ALLREDUCE, bytes);
-  if (algo == HOOP_ALGO_ONESHOT && n != 2)
+  if ((algo == HOOP_ALGO_ONESHOT && n != 2) ||
+      (algo == HOOP_ALGO_HIER && !hoop__hier_applies(comm)))
     algo = HOOP_ALGO_RING;
   res->algo = algo;
   res->closed_form_s = hoop_sim_closed_form(cfg, algo, bytes);
-  struct sim s = {.cfg = cfg, .n = n};
+  struct sim s = {.cfg = cfg, .n = n,
+                  .group_base = calloc((size_t)n + 1, sizeof(uint32_t)),
+                  .complete = calloc((size_t)n, sizeof(uint32_t))};
   struct counters cnt = {
       .rank_sent = calloc((size_t)n, sizeof(uint64_t)),
       .rank_recv = calloc((size_t)n, sizeof(uint64_t)),
@@ -688,7 +782,7 @@ int hoop_sim_allreduce(const struct hoop_sim_config *cfg, hoop_algo_t algo,
   size_t count = bytes / 4;
   uint64_t scale = 1;
   if (cnt.rank_sent == NULL || cnt.rank_recv == NULL || cnt.nic_out == NULL ||
-      cnt.nic_in == NULL) {
+      cnt.nic_in == NULL || s.group_base == NULL || s.complete == NULL) {
     set_err(err, errlen, "out of memory for counters");
     goto out;
   }

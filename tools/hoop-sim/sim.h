@@ -1,7 +1,8 @@
 /*
  * hoop-sim's model: every rank's all-reduce plan, made by the library's
- * own builders (ring.c, tree.c, ps.c, oneshot.c) for a communicator that
- * exists only in memory, run through a discrete-event model of the links.
+ * own builders (ring.c, tree.c, ps.c, oneshot.c, hier.c) for a
+ * communicator that exists only in memory, run through a discrete-event
+ * model of the links.
  *
  * What is modelled:
  *   - M hosts of L ranks, placed contiguously (rank r on host r / L) or
@@ -15,7 +16,8 @@
  *   - Each host has one memory link for messages between its own ranks
  *     (shared memory), with its own rate and latency, shared by all of
  *     them.
- *   - An op waits for what the plan records: its `feed` and `after`, the
+ *   - An op waits for what the plan records: its `feed` and `after`, its
+ *     `gate` (every op of its rank's groups up to it complete), the
  *     op before it on its link (a send may go once the previous send on
  *     the link has been handed to the link; a receive completes in stream
  *     order), and for a receive its data.  `trails` counts as `after`.
@@ -101,7 +103,7 @@ struct hoop_sim_result {
  * Simulates one all-reduce of `bytes` (a multiple of 4) under `algo`
  * (AUTO: the cost model's choice).  Returns 0, or -1 with a reason in err.
  * The plans are built and freed one rank at a time; what stays is about
- * 14 bytes per op.
+ * 18 bytes per op.
  */
 int hoop_sim_allreduce(const struct hoop_sim_config *cfg, hoop_algo_t algo,
                        size_t bytes, struct hoop_sim_result *res, char *err,
