@@ -168,7 +168,7 @@ grep -q "sums right" <<<"$out" || fail "nccl-consumer: $out"
 out=$(run2 "$bindir/hoop-info" 2>&1) ||
   { echo "$out" >&2; fail "hoop-run -n 2 hoop-info failed"; }
 if ! grep -qF "[0] # hoop $version, 2 ranks" <<<"$out" ||
-  ! grep -qE '^\[0\] +[0-9]+( +[0-9.]+){3} +(ring|tree|ps) *$' <<<"$out"; then
+  ! grep -qE '^\[0\] +[0-9]+( +[0-9.]+){4} +(ring|tree|ps|hier) *$' <<<"$out"; then
   echo "$out" >&2
   fail "hoop-info printed no header or no predicted times"
 fi
