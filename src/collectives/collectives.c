@@ -120,12 +120,13 @@ static hoop_result_t build_ring(struct hoop_plan *plan,
                          c->send != c->recv && comm->host_memory;
   size_t slots = hoop__ring_outbox_slots(c->coll, comm->nranks, depth,
                                          final_via_outbox);
+  size_t slot_bytes = hoop__ring_slot_bytes(c->count, comm->nranks, nch,
+                                            c->elem_size, c->slice_bytes);
   char *outbox = NULL;
   plan->header.nchannels = (uint16_t)nch;
   plan->header.depth = (uint32_t)(depth < UINT32_MAX ? depth : UINT32_MAX);
   if (slots > 0)
-    HOOP_CHECK(hoop__comm_scratch(comm, slots * comm->slice_bytes *
-                                            (size_t)nch,
+    HOOP_CHECK(hoop__comm_scratch(comm, slots * slot_bytes * (size_t)nch,
                                   (void **)&outbox));
   struct hoop_ring_call rc = {
       .coll = c->coll,
@@ -143,6 +144,7 @@ static hoop_result_t build_ring(struct hoop_plan *plan,
       .final_via_outbox = final_via_outbox,
       .outbox = outbox,
       .outbox_slots = slots,
+      .slot_bytes = slot_bytes,
   };
   return hoop__ring_build(plan, &rc);
 }

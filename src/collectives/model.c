@@ -171,7 +171,8 @@ static void shared_links(const struct hoop_comm *comm, hoop_algo_t algo,
  * hosts, 2(M-1) hops with 2(M-1)K/M on each host's link, beside its rings
  * inside the hosts, where each rank copies 2(L-1)K/L and the host's L ranks
  * share its cores.  Segments overlap the two but for the first segment's
- * reduce-scatter and the last one's all-gather.  Without the inside part
+ * reduce-scatter and the last one's all-gather; their rings across hosts
+ * run one after another, each paying its 2(M-1) hops.  Without the inside part
  * the model chose it on 16 hosts of 8 where hoop-sim's shared memory link
  * made it 1.2x slower than the ring (one core per host, 1 MiB-1 GiB).
  *
@@ -191,7 +192,7 @@ static double hier_seconds(const struct hoop_comm *comm, double k) {
                                                   : per_rank * l / cores) *
                   comm->host_beta_s;
   double segments = (double)hoop__hier_segments((size_t)k);
-  return 2 * (m + l - 2) * comm->alpha_s +
+  return 2 * ((m - 1) * segments + l - 1) * comm->alpha_s +
          (across > inside ? across : inside) + inside / segments;
 }
 

@@ -79,6 +79,14 @@ static size_t pipeline_depth(const struct hoop_comm *comm, int sent_on) {
   return ticks > 2 ? ticks - 1 : 1;
 }
 
+size_t hoop__ring_slot_bytes(size_t count, int n, int nchannels,
+                             size_t elem_size, size_t slice) {
+  size_t chunk = (count + (size_t)n - 1) / (size_t)n;
+  size_t step = (chunk + (size_t)nchannels - 1) / (size_t)nchannels;
+  size_t bytes = (step * elem_size + 63) / 64 * 64;
+  return bytes < slice ? bytes : slice;
+}
+
 void hoop__ring_shape(const struct hoop_comm *comm, hoop_coll_t coll, int n,
                       size_t bytes, int *nchannels, size_t *depth) {
   int forwards = coll == HOOP_COLL_ALLGATHER ? 0 : n - 2;
@@ -159,7 +167,7 @@ static hoop_result_t add_slice(struct hoop_plan *plan,
     } else {
       /* Outbox slots are reused in turn, once their last send is done. */
       slot = rc->next_slot++ % rc->slots;
-      recv.dst = rc->outbox + slot * slice;
+      recv.dst = rc->outbox + slot * call->slot_bytes;
       recv.after = rc->slot_reader[slot];
       if (in->action == HOOP_RING_FINAL)
         recv.copy_to = in->dst + at;
@@ -273,7 +281,7 @@ hoop_result_t hoop__ring_build(struct hoop_plan *plan,
                     out);
     HOOP_CHECK_GOTO(hoop__plan_link(plan, prev, ch, 0, &rc.recv_link), res,
                     out);
-    rc.outbox = call->outbox + (size_t)ch * rc.slots * call->slice_bytes;
+    rc.outbox = call->outbox + (size_t)ch * rc.slots * call->slot_bytes;
     rc.next_slot = 0;
     for (size_t i = 0; i < rc.slots; i++)
       rc.slot_reader[i] = HOOP_NO_OP;

@@ -68,8 +68,9 @@ struct hoop_ring_call {
    * read in.
    */
   int final_via_outbox;
-  char *outbox;       /* nchannels * outbox_slots slices */
+  char *outbox;       /* nchannels * outbox_slots slots */
   size_t outbox_slots;
+  size_t slot_bytes;  /* hoop__ring_slot_bytes */
 };
 
 /*
@@ -81,6 +82,16 @@ size_t hoop__ring_outbox_slots(hoop_coll_t coll, int n, size_t depth,
                                int final_via_outbox);
 
 struct hoop_comm;
+
+/*
+ * Bytes of an outbox slot for a ring of n ranks over `count` elements in
+ * `nchannels` channels: a slice, or the most a step of one channel
+ * carries where that is less, rounded up to 64 bytes.  Slots of a whole
+ * slice made a 1 MiB all-reduce over a 4,096-rank ring ask for 2 GiB of
+ * outbox (8,188 slots of 256 KiB) to hold steps of 256 bytes.
+ */
+size_t hoop__ring_slot_bytes(size_t count, int n, int nchannels,
+                             size_t elem_size, size_t slice);
 
 /*
  * Channels and pipeline depth of a ring of n ranks moving `bytes`, from
