@@ -21,18 +21,14 @@ hoop-bench. Needs root; always tears the namespaces down.
   /usr/bin/python3 bench/hier_hosts.py --build build --shapes 2x2,2x3,3x2 \
       --out FILE.md
 """
-import signal
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from compare_allreduce import (  # noqa: E402  (shares the report helpers)
-    execute, machine_info_basic, parse_size, parser_with_build)
 from ps_vs_ring import (  # noqa: E402  (the same emulated hosts)
-    PAYLOAD_PER_FRAME, Stop, netsim, on_signal, parse_rate, parse_row)
+    bench_once, netsim, netsim_main, netsim_parser, parse_rate)
 
 ALGOS = ("ring", "hier")
 PLACEMENTS = ("contiguous", "cyclic")
@@ -50,22 +46,10 @@ def parse_shapes(text):
 
 
 def parse_args(argv):
-    p = parser_with_build(__doc__)
+    p = netsim_parser(__doc__, "64M", 3,
+                      "hoop-bench runs per algorithm and placement")
     p.add_argument("--shapes", type=parse_shapes, default="2x2",
                    help="hosts x ranks per host, comma-separated")
-    p.add_argument("--rate", default="1gbit",
-                   help="tc rate of every host link, each direction")
-    p.add_argument("--size", type=parse_size, default="64M",
-                   help="all-reduce buffer K")
-    p.add_argument("--iters", type=int, default=3,
-                   help="timed iterations per hoop-bench run")
-    p.add_argument("--warmup", type=int, default=1)
-    p.add_argument("--repeats", type=int, default=3,
-                   help="hoop-bench runs per algorithm and placement")
-    p.add_argument("--timeout", type=int, default=600,
-                   help="seconds one hoop-bench run may take")
-    p.add_argument("--out", type=Path, required=True,
-                   help="markdown report to write")
     a = p.parse_args(argv)
     a.rate_bps = parse_rate(a.rate)
     return a
@@ -90,23 +74,12 @@ def run_shape(a, hosts, per_host, raw):
         for rep in range(a.repeats):
             for placement in PLACEMENTS:
                 for algo in ALGOS:
-                    argv = bench_argv(a, hosts, per_host, placement, algo)
-                    rc, out, err, secs = execute(argv, a.timeout)
-                    what = f"{hosts}x{per_host} {placement} {algo}"
-                    raw.append(f"#### {what}, repeat {rep + 1}\n```\n"
-                               f"{' '.join(argv)}\n{out}{err}```")
-                    status = "ok"
-                    try:
-                        if rc != 0:
-                            raise ValueError(f"exit status {rc}: "
-                                             f"{err.strip()}")
-                        got[(placement, algo)].append(
-                            parse_row(out, a.size))
-                    except ValueError as e:
-                        status = str(e)
-                        problems.append(f"{what}, repeat {rep + 1}: {e}")
-                    print(f"[{what}, repeat {rep + 1}/{a.repeats}] "
-                          f"{secs:.1f} s {status}", flush=True)
+                    row = bench_once(
+                        a, bench_argv(a, hosts, per_host, placement, algo),
+                        f"{hosts}x{per_host} {placement} {algo}", rep, raw,
+                        problems)
+                    if row is not None:
+                        got[(placement, algo)].append(row)
     finally:
         netsim(a, "down")
     return got, problems
@@ -149,47 +122,12 @@ def table(a, results, payload_Bps):
 
 def main():
     a = parse_args(sys.argv[1:])
-    if subprocess.run(["id", "-u"], capture_output=True,
-                      text=True).stdout.strip() != "0":
-        print("hier_hosts: needs root (network namespaces, tc)",
-              file=sys.stderr)
-        return 2
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGHUP, on_signal)
-    payload_Bps = a.rate_bps / 8 * PAYLOAD_PER_FRAME
-    report = [f"- Command: {' '.join(sys.argv)}",
-              f"- Links: every host link capped at {a.rate} each way by tbf "
-              "(tools/netsim.sh); payload rate B = "
-              f"{payload_Bps / 1e6:.2f} MB/s (x 1448/1514)",
-              f"- K = {a.size} bytes float32 sum; per run {a.warmup} warm-up "
-              f"and {a.iters} timed iterations, out of place and in place; "
-              f"{a.repeats} runs per algorithm and placement, interleaved. "
-              "Time is the median over all those iterations (each the "
-              "slowest rank's).", ""]
-    results, problems, raw = {}, [], []
-    try:
-        for hosts, per_host in a.shapes:
-            results[(hosts, per_host)], p = run_shape(a, hosts, per_host,
-                                                      raw)
-            problems += p
-            print("\n".join(table(a, {(hosts, per_host):
-                                      results[(hosts, per_host)]},
-                                  payload_Bps)), flush=True)
-    except (Stop, KeyboardInterrupt, RuntimeError) as e:
-        problems.append(f"stopped early: {e}")
-        print(f"hier_hosts: stopped early: {e}", file=sys.stderr)
-    finally:
-        subprocess.run([str(HERE.parent / "tools" / "netsim.sh"), "down"],
-                       capture_output=True)
-    report = ["# Hierarchical against flat ring all-reduce on emulated hosts",
-              "", *machine_info_basic(), *report,
-              "## Results", "", *table(a, results, payload_Bps), ""]
-    if problems:
-        report += ["## Problems", "", *(f"- {p}" for p in problems), ""]
-    report += ["## Raw output", "", *raw]
-    a.out.write_text("\n".join(report) + "\n")
-    print(f"wrote {a.out}")
-    return 1 if problems else 0
+    rc, _, _ = netsim_main(
+        "hier_hosts",
+        "Hierarchical against flat ring all-reduce on emulated hosts", a,
+        "algorithm and placement", a.shapes,
+        lambda a, shape, raw: run_shape(a, *shape, raw), table)
+    return rc
 
 
 if __name__ == "__main__":

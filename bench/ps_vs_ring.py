@@ -70,23 +70,30 @@ def parse_rank_range(text):
     return ranks
 
 
-def parse_args(argv):
-    p = parser_with_build(__doc__)
-    p.add_argument("--ranks", type=parse_rank_range, default="2-8",
-                   help="rank counts: a range 2-8 or a list 2,4,8")
+def netsim_parser(doc, size, iters, repeats_help):
+    """The options of every benchmark on emulated hosts: link rate, size,
+    iterations, repeats, timeout and the report."""
+    p = parser_with_build(doc)
     p.add_argument("--rate", default="1gbit",
                    help="tc rate of every host link, each direction")
-    p.add_argument("--size", type=parse_size, default="8M",
+    p.add_argument("--size", type=parse_size, default=size,
                    help="all-reduce buffer K per rank")
-    p.add_argument("--iters", type=int, default=5,
+    p.add_argument("--iters", type=int, default=iters,
                    help="timed iterations per hoop-bench run")
     p.add_argument("--warmup", type=int, default=1)
-    p.add_argument("--repeats", type=int, default=3,
-                   help="hoop-bench runs per algorithm and N, interleaved")
+    p.add_argument("--repeats", type=int, default=3, help=repeats_help)
     p.add_argument("--timeout", type=int, default=600,
                    help="seconds one hoop-bench run may take")
     p.add_argument("--out", type=Path, required=True,
                    help="markdown report to write")
+    return p
+
+
+def parse_args(argv):
+    p = netsim_parser(__doc__, "8M", 5,
+                      "hoop-bench runs per algorithm and N, interleaved")
+    p.add_argument("--ranks", type=parse_rank_range, default="2-8",
+                   help="rank counts: a range 2-8 or a list 2,4,8")
     p.add_argument("--json", type=Path,
                    help="machine-readable results to write")
     a = p.parse_args(argv)
@@ -145,6 +152,25 @@ def models(algo, n, k, payload_Bps):
     return issue, duplex
 
 
+def bench_once(a, argv, what, rep, raw, problems):
+    """Runs one hoop-bench launch, keeps its output for the report, and
+    returns its row for a.size, or None with the reason in `problems`."""
+    rc, out, err, secs = execute(argv, a.timeout)
+    raw.append(f"#### {what}, repeat {rep + 1}\n```\n"
+               f"{' '.join(argv)}\n{out}{err}```")
+    row, status = None, "ok"
+    try:
+        if rc != 0:
+            raise ValueError(f"exit status {rc}: {err.strip()}")
+        row = parse_row(out, a.size)
+    except ValueError as e:
+        status = str(e)
+        problems.append(f"{what}, repeat {rep + 1}: {e}")
+    print(f"[{what}, repeat {rep + 1}/{a.repeats}] {secs:.1f} s {status}",
+          flush=True)
+    return row
+
+
 def run_n(a, n, raw):
     """All repeats of all algorithms on n emulated hosts -> {algo: rows}."""
     got = {algo: [] for algo in ALGOS}
@@ -158,21 +184,10 @@ def run_n(a, n, raw):
                    + "```")
         for rep in range(a.repeats):
             for algo in ALGOS:
-                argv = bench_argv(a, n, algo)
-                rc, out, err, secs = execute(argv, a.timeout)
-                raw.append(f"#### {n} hosts, {algo}, repeat {rep + 1}\n```\n"
-                           f"{' '.join(argv)}\n{out}{err}```")
-                status = "ok"
-                try:
-                    if rc != 0:
-                        raise ValueError(f"exit status {rc}: {err.strip()}")
-                    got[algo].append(parse_row(out, a.size))
-                except ValueError as e:
-                    status = str(e)
-                    problems.append(f"{n} hosts, {algo}, repeat {rep + 1}: "
-                                    f"{e}")
-                print(f"[{n} hosts, repeat {rep + 1}/{a.repeats}] {algo} "
-                      f"{secs:.1f} s {status}", flush=True)
+                row = bench_once(a, bench_argv(a, n, algo),
+                                 f"{n} hosts, {algo}", rep, raw, problems)
+                if row is not None:
+                    got[algo].append(row)
     finally:
         netsim(a, "down")
     return got, problems
@@ -222,52 +237,63 @@ def json_rows(a, results, payload_Bps):
     return rows
 
 
-def main():
-    a = parse_args(sys.argv[1:])
+def netsim_main(name, title, a, runs_what, steps, measure, table):
+    """The frame of a benchmark on emulated hosts: it needs root; for each
+    step `measure(a, step, raw)` gives (result, problems) and the table so
+    far is printed; the namespaces come down however it ends; the report
+    (machine, settings, table, problems, raw output) goes to a.out.
+    Returns (exit status, results, payload rate)."""
     if subprocess.run(["id", "-u"], capture_output=True,
                       text=True).stdout.strip() != "0":
-        print("ps_vs_ring: needs root (network namespaces, tc)",
+        print(f"{name}: needs root (network namespaces, tc)",
               file=sys.stderr)
-        return 2
+        return 2, {}, 0
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGHUP, on_signal)
     payload_Bps = a.rate_bps / 8 * PAYLOAD_PER_FRAME
-    report = [f"- Command: {' '.join(sys.argv)}",
-              f"- Links: every host link capped at {a.rate} each way by tbf "
-              "(tools/netsim.sh); payload rate B = "
-              f"{payload_Bps / 1e6:.2f} MB/s (x 1448/1514)",
-              f"- K = {a.size} bytes float32 sum; per run {a.warmup} warm-up "
-              f"and {a.iters} timed iterations, out of place and in place; "
-              f"{a.repeats} runs per algorithm, interleaved. Time is the "
-              "median over all those iterations (each the slowest rank's).",
-              ""]
+    head = [f"- Command: {' '.join(sys.argv)}",
+            f"- Links: every host link capped at {a.rate} each way by tbf "
+            "(tools/netsim.sh); payload rate B = "
+            f"{payload_Bps / 1e6:.2f} MB/s (x 1448/1514)",
+            f"- K = {a.size} bytes float32 sum; per run {a.warmup} warm-up "
+            f"and {a.iters} timed iterations, out of place and in place; "
+            f"{a.repeats} runs per {runs_what}, interleaved. Time is the "
+            "median over all those iterations (each the slowest rank's).",
+            ""]
     results, problems, raw = {}, [], []
     try:
-        for n in a.ranks:
-            results[n], p = run_n(a, n, raw)
+        for step in steps:
+            results[step], p = measure(a, step, raw)
             problems += p
-            print("\n".join(table(a, {n: results[n]}, payload_Bps)),
+            print("\n".join(table(a, {step: results[step]}, payload_Bps)),
                   flush=True)
     except (Stop, KeyboardInterrupt, RuntimeError) as e:
         problems.append(f"stopped early: {e}")
-        print(f"ps_vs_ring: stopped early: {e}", file=sys.stderr)
+        print(f"{name}: stopped early: {e}", file=sys.stderr)
     finally:
-        # A netsim failure inside run_n may have left namespaces behind.
+        # A netsim failure inside a step may have left namespaces behind.
         subprocess.run([str(HERE.parent / "tools" / "netsim.sh"), "down"],
                        capture_output=True)
     # After the runs, so that the load average is the one they ran under.
-    report = ["# Parameter server vs ring vs tree on emulated hosts", "",
-              *machine_info_basic(), *report,
+    report = [f"# {title}", "", *machine_info_basic(), *head,
               "## Results", "", *table(a, results, payload_Bps), ""]
     if problems:
         report += ["## Problems", "", *(f"- {p}" for p in problems), ""]
     report += ["## Raw output", "", *raw]
     a.out.write_text("\n".join(report) + "\n")
     print(f"wrote {a.out}")
-    if a.json:
+    return (1 if problems else 0), results, payload_Bps
+
+
+def main():
+    a = parse_args(sys.argv[1:])
+    rc, results, payload_Bps = netsim_main(
+        "ps_vs_ring", "Parameter server vs ring vs tree on emulated hosts", a,
+        "algorithm", a.ranks, run_n, table)
+    if rc != 2 and a.json:
         a.json.write_text(json.dumps(json_rows(a, results, payload_Bps),
                                      indent=1) + "\n")
-    return 1 if problems else 0
+    return rc
 
 
 if __name__ == "__main__":
