@@ -165,8 +165,8 @@ static uint64_t max_scale(const struct hoop_comm *comm, hoop_algo_t algo,
   size_t slice = comm->slice_bytes / 4, unit = count;
   if (algo == HOOP_ALGO_RING)
     unit = count / (size_t)comm->nranks;
-  else if (algo == HOOP_ALGO_HIER) /* a part of a segment, across hosts */
-    unit = count / (size_t)comm->nranks / (size_t)comm->nhosts / 8;
+  else if (algo == HOOP_ALGO_HIER) /* a segment's chunk across hosts */
+    unit = count / (size_t)comm->nranks / 8;
   else if (algo == HOOP_ALGO_TREE)
     unit = count / 2;
   else if (algo == HOOP_ALGO_PS && slice > HOOP_PS_PIECE_BYTES / 4)
