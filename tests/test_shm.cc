@@ -193,6 +193,96 @@ TEST(FirstUse, RanksConnectOnlyThePeersTheirCallsUse) {
   }
 }
 
+// Open descriptors of this process.
+int open_fds() {
+  int n = 0;
+  DIR *d = opendir("/proc/self/fd");
+  if (d == nullptr)
+    return -1;
+  while (struct dirent *e = readdir(d))
+    n += e->d_name[0] != '.';
+  closedir(d);
+  return n - 1;  // the directory's own
+}
+
+// hoop's shared-memory segments this process maps, and the KiB of them it
+// holds in memory (smaps' Rss): what its pairs carry, not what they could.
+void mapped_segments(int *count, long *rss_kb) {
+  *count = 0;
+  *rss_kb = 0;
+  std::ifstream smaps("/proc/self/smaps");
+  bool ours = false;
+  for (std::string line; std::getline(smaps, line);) {
+    // A mapping's header begins with its range, "start-end"; its fields
+    // ("Rss:   12 kB") follow it.
+    if (line.substr(0, line.find(' ')).find('-') != std::string::npos) {
+      ours = line.find("/dev/shm/hoop-") != std::string::npos;
+      *count += ours;
+    } else if (ours && line.compare(0, 4, "Rss:") == 0) {
+      *rss_kb += std::stol(line.substr(4));
+    }
+  }
+}
+
+// Segments in /dev/shm still named as made by this process.
+int named_segments() {
+  std::string prefix = "hoop-" + std::to_string(getpid()) + "-";
+  int n = 0;
+  DIR *d = opendir("/dev/shm");
+  if (d == nullptr)
+    return 0;
+  while (struct dirent *e = readdir(d))
+    n += strncmp(e->d_name, prefix.c_str(), prefix.size()) == 0;
+  closedir(d);
+  return n;
+}
+
+// Scale inside CI's time: 48 ranks over shm and 16 over TCP, connected on
+// first use.  Init holds no connection, no segment and a few descriptors
+// whatever N.  A ring all-reduce adds one descriptor per neighbour and,
+// over shm, one segment each, of which a rank holds in memory only what
+// the call needed: the header page and one step of growth (64 KiB) of
+// each ring, 264 KiB for two (shm.c's SHM_HEADER_BYTES, SHM_GROW_BYTES).
+// Nothing stays named in /dev/shm, and every element is right.
+TEST(Scale, FortyEightRanksOverShmAndSixteenOverTcpHoldWhatTheyUse) {
+  ScopedEnv lazy("HOOP_RUNTIME_CONNECT", "1");
+  ScopedEnv ring("HOOP_ALGO", "ring");
+  for (const char *transport : {"shm", "tcp"}) {
+    ScopedEnv forced("HOOP_TRANSPORT", transport);
+    bool shm = strcmp(transport, "shm") == 0;
+    RunResult r = run_ranks(shm ? 48 : 16, [shm](RankLog &log,
+                                                 hoop_comm_t comm, int rank,
+                                                 int n) {
+      int fds_init = open_fds(), segments = 0;
+      long rss_kb = 0;
+      mapped_segments(&segments, &rss_kb);
+      RANK_EXPECT(log, fds_init <= 16 && segments == 0,
+                  "after init: %d descriptors, %d segments", fds_init,
+                  segments);
+      std::vector<float> v(4096 + 7, float(rank + 1));
+      RANK_EXPECT_OK(log, comm,
+                     hoop_allreduce(comm, v.data(), v.data(), v.size(),
+                                    HOOP_F32, HOOP_SUM, nullptr));
+      size_t wrong = 0;
+      for (float x : v)
+        wrong += x != float(n * (n + 1) / 2);
+      RANK_EXPECT(log, wrong == 0, "%zu of %zu sums wrong", wrong, v.size());
+      int fds = open_fds();
+      mapped_segments(&segments, &rss_kb);
+      RANK_EXPECT(log, fds - fds_init == 2,
+                  "%d descriptors after init, %d after a ring all-reduce",
+                  fds_init, fds);
+      RANK_EXPECT(log, segments == (shm ? 2 : 0) && rss_kb <= 264,
+                  "after a ring all-reduce: %d segments, %ld KiB of them "
+                  "held", segments, rss_kb);
+      RANK_EXPECT(log, named_segments() == 0,
+                  "%d segments of this rank still named in /dev/shm",
+                  named_segments());
+    });
+    EXPECT_TRUE(r.all_ok()) << transport << ": " << describe(r);
+  }
+}
+
 // HOOP_RUNTIME_CONNECT=0: every peer connects at init, and
 // the calls run on those connections.
 TEST(FirstUse, EagerConnectsEveryPeerAtInit) {
