@@ -206,7 +206,6 @@ TEST(SimAuto, ChoiceBesideTheSimulatorsFastest) {
   };
   const hoop_algo_t algos[] = {HOOP_ALGO_RING, HOOP_ALGO_TREE, HOOP_ALGO_PS,
                                HOOP_ALGO_HIER};
-  const char *names[] = {"", "ring", "tree", "ps", "", "oneshot", "hier"};
   int points = 0, disagree = 0;
   double worst = 1;
   for (Shape s : {Shape{2, 1}, Shape{8, 1}, Shape{2, 8}, Shape{8, 8}}) {
@@ -231,8 +230,8 @@ TEST(SimAuto, ChoiceBesideTheSimulatorsFastest) {
         worst = std::max(worst, t / best);
         std::printf("AUTO disagrees: %d x %d, %zu bytes: picks %s (%.1f us), "
                     "fastest %s (%.1f us), %.2fx\n",
-                    s.hosts, s.per_host, bytes, names[pick], t * 1e6,
-                    names[best_algo], best * 1e6, t / best);
+                    s.hosts, s.per_host, bytes, hoop_algo_name(pick),
+                    t * 1e6, hoop_algo_name(best_algo), best * 1e6, t / best);
       }
     }
   }

@@ -139,17 +139,6 @@ static int parse_int(const char *text, const char *what) {
   return (int)v;
 }
 
-static const char *algo_name(hoop_algo_t a) {
-  switch (a) {
-  case HOOP_ALGO_RING: return "ring";
-  case HOOP_ALGO_TREE: return "tree";
-  case HOOP_ALGO_PS: return "ps";
-  case HOOP_ALGO_ONESHOT: return "oneshot";
-  case HOOP_ALGO_HIER: return "hier";
-  default: return "auto";
-  }
-}
-
 static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -202,7 +191,7 @@ static void table_header(const struct hoop_sim_config *cfg, hoop_algo_t a) {
                      : a == HOOP_ALGO_HIER ? "max host link, cf 2(M-1)K/M"
                                            : "max rank sent, cf 2(N-1)K/N";
   printf("\n# %s: time and algbw simulated; cf_us the closed form; "
-         "rank_bytes = %s\n", a == HOOP_ALGO_AUTO ? "auto" : algo_name(a),
+         "rank_bytes = %s\n", hoop_algo_name(a),
          what);
   printf("%10s %8s %14s %10s %14s %7s %14s %14s %14s %14s %10s %5s\n",
          "bytes", "algo", "time_us", "algbw_GB/s", "cf_us", "sim/cf",
@@ -357,7 +346,8 @@ int main(int argc, char **argv) {
       size_text(sizes[i], sz, sizeof sz);
       if (hoop_sim_allreduce(&cfg, algos[ai], sizes[i], &r, err,
                              sizeof err) != 0) {
-        printf("%10s %8s failed: %s\n", sz, algo_name(algos[ai]), err);
+        printf("%10s %8s failed: %s\n", sz, hoop_algo_name(algos[ai]),
+               err);
         failed = 1;
         continue;
       }
@@ -365,7 +355,7 @@ int main(int argc, char **argv) {
       rank_bytes(&cfg, r.algo, &r, sizes[i], &sim_b, &cf_b);
       printf("%10s %8s %14.1f %10.3f %14.1f %7.3f %14.0f %14.0f %14llu "
              "%14llu %10llu %5llu\n",
-             sz, algo_name(r.algo), r.time_s * 1e6,
+             sz, hoop_algo_name(r.algo), r.time_s * 1e6,
              r.time_s > 0 ? sizes[i] / r.time_s / 1e9 : 0.0,
              r.closed_form_s * 1e6,
              r.closed_form_s > 0 ? r.time_s / r.closed_form_s : 0.0, sim_b,
@@ -399,12 +389,13 @@ int main(int argc, char **argv) {
         r.time_s = took[done][i];
       else if (hoop_sim_allreduce(&cfg, pick, sizes[i], &r, err,
                                   sizeof err)) {
-        printf("%10s %8s failed: %s\n", sz, algo_name(pick), err);
+        printf("%10s %8s failed: %s\n", sz, hoop_algo_name(pick), err);
         failed = 1;
         continue;
       }
-      printf("%10s %8s %14.1f %8s %14.1f %10.3f %6s\n", sz, algo_name(pick),
-             r.time_s * 1e6, algo_name(best_algo[i]), best[i] * 1e6,
+      printf("%10s %8s %14.1f %8s %14.1f %10.3f %6s\n", sz,
+             hoop_algo_name(pick), r.time_s * 1e6,
+             hoop_algo_name(best_algo[i]), best[i] * 1e6,
              best[i] > 0 ? r.time_s / best[i] : 1.0,
              pick == best_algo[i]                ? "yes"
              : r.time_s <= best[i] * (1 + 1e-6) ? "tie"
