@@ -244,6 +244,29 @@ HOOP_API hoop_result_t hoop_comm_destroy(hoop_comm_t comm);
  */
 HOOP_API hoop_result_t hoop_comm_abort(hoop_comm_t comm);
 
+/*
+ * After a call failed because ranks died or stopped: the ranks still alive
+ * agree on who is left and join a new communicator of them, without the
+ * lost ranks' help.  Every surviving rank calls it on its broken
+ * communicator (called on a live one, it breaks it: all ranks then shrink
+ * together, and nobody is lost).  The survivors keep their order: new rank
+ * i is the i-th lowest old rank kept, and old_ranks (NULL, or room for
+ * comm's size) receives each new rank's old one.  `config` is the new
+ * communicator's, as in hoop_comm_init_rank.
+ *
+ * A rank is held lost when its process has gone, when a survivor's stall
+ * report found it silent (stopped, hung, or busy outside hoop for the
+ * whole timeout), or when it has not called hoop_comm_shrink within comm's
+ * timeout.  The whole call is bounded by twice that timeout.  A rank held
+ * lost gets HOOP_ERR_REMOTE from this call and from every later call on
+ * comm, never a place: a rank that was stopped reads that it was left out
+ * when it runs again.  At most HOOP_SHRINK_MAX_LOST (32) ranks are lost
+ * in one shrink.  comm stays broken: destroy it afterwards.
+ */
+HOOP_API hoop_result_t hoop_comm_shrink(hoop_comm_t comm,
+                                        const hoop_config_t *config,
+                                        hoop_comm_t *newcomm, int *old_ranks);
+
 HOOP_API hoop_result_t hoop_comm_rank(hoop_comm_t comm, int *rank);
 HOOP_API hoop_result_t hoop_comm_size(hoop_comm_t comm, int *nranks);
 
@@ -286,8 +309,8 @@ HOOP_API hoop_result_t hoop_comm_device_path(hoop_comm_t comm,
  * that involved a peer (timeout, lost connection, mismatched calls) the
  * communicator is broken: later calls fail at once, naming the first
  * error, and it must be destroyed; argument errors leave it usable.  The
- * queries (see Threads), hoop_comm_abort and hoop_comm_destroy still
- * work on it.
+ * queries (see Threads), hoop_comm_shrink, hoop_comm_abort and
+ * hoop_comm_destroy still work on it.
  *
  * A call that fails leaves its sendbuf as it was (hoop never writes a send
  * buffer) and its recvbuf undefined: elements may hold the result, the

@@ -167,6 +167,10 @@ TEST(Wire, HandshakeRanksAndChannelAreBounded) {
   hoop_handshake notice = good;
   notice.channel = HOOP_NOTICE_CHANNEL;
   EXPECT_TRUE(handshake_ok(notice));
+  notice.kind = HOOP_NOTICE_EXCLUDED;
+  EXPECT_TRUE(handshake_ok(notice));
+  notice.kind = HOOP_NOTICE_EXCLUDED + 1;
+  EXPECT_FALSE(handshake_ok(notice));
   expect_each_refused<hoop_handshake>(
       good, handshake_ok,
       {{"magic", [](hoop_handshake &h) { h.magic = 0; }},
@@ -177,7 +181,9 @@ TEST(Wire, HandshakeRanksAndChannelAreBounded) {
        {"to self", [](hoop_handshake &h) { h.to = h.from; }},
        {"channel = nsocks", [](hoop_handshake &h) { h.channel = 2; }},
        {"the rendezvous's channel",
-        [](hoop_handshake &h) { h.channel = HOOP_RENDEZVOUS_CHANNEL; }}});
+        [](hoop_handshake &h) { h.channel = HOOP_RENDEZVOUS_CHANNEL; }},
+       {"a notice's kind on a data channel",
+        [](hoop_handshake &h) { h.kind = HOOP_NOTICE_EXCLUDED; }}});
 }
 
 TEST(Wire, NoticeTextEndsAndShowsNoControlCharacters) {
@@ -220,7 +226,21 @@ TEST(Wire, WhereaboutsStateRanksAndCallAreBounded) {
        {"call without its end",
         [](hoop_whereabouts &w) { memset(w.call, 'c', sizeof w.call); }},
        {"in_plan 2", [](hoop_whereabouts &w) { w.in_plan = 2; }},
-       {"a plan without a header", [](hoop_whereabouts &w) { w.in_plan = 1; }}});
+       {"a plan without a header", [](hoop_whereabouts &w) { w.in_plan = 1; }},
+       {"more lost than it holds",
+        [](hoop_whereabouts &w) { w.nlost = HOOP_SHRINK_MAX_LOST + 1; }},
+       {"a negative count of lost", [](hoop_whereabouts &w) { w.nlost = -1; }},
+       {"lost rank = size",
+        [](hoop_whereabouts &w) {
+          w.nlost = 2;
+          w.lost[1] = 4;
+        }},
+       {"decided 2", [](hoop_whereabouts &w) { w.decided = 2; }}});
+  hoop_whereabouts shrinking = good;
+  shrinking.state = HOOP_AT_SHRINKING;
+  shrinking.nlost = HOOP_SHRINK_MAX_LOST;
+  shrinking.decided = 1;
+  EXPECT_TRUE(whereabouts_ok(shrinking));
   hoop_whereabouts planned = good;
   planned.in_plan = 1;
   planned.plan.magic = HOOP_WIRE_MAGIC;

@@ -464,6 +464,32 @@ hoop_result_t hoop_barrier(hoop_comm_t comm) {
   return dispatch(comm, &c, 1, HOOP_COLL_BARRIER, NULL);
 }
 
+hoop_result_t hoop_comm_shrink(hoop_comm_t comm, const hoop_config_t *config,
+                               hoop_comm_t *newcomm, int *old_ranks) {
+  if (newcomm == NULL)
+    return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
+                      "hoop_comm_shrink: newcomm is NULL");
+  HOOP_CHECK(hoop__comm_shrink(comm, config, newcomm, old_ranks));
+  /*
+   * A survivor that dies while the others form their communicator can
+   * leave it formed on some of them and not on others.  Those without it
+   * never enter this barrier, so it fails on every rank, and they all
+   * shrink the old communicator again, together.
+   */
+  hoop_result_t res = hoop_barrier(*newcomm);
+  if (res == HOOP_SUCCESS)
+    return HOOP_SUCCESS;
+  char why[HOOP_ERROR_MAX];
+  snprintf(why, sizeof why, "%s", hoop_comm_last_error(*newcomm));
+  hoop_comm_destroy(*newcomm);
+  *newcomm = NULL;
+  return HOOP_ERROR(comm, res,
+                    "hoop_comm_shrink: a survivor was lost while the others "
+                    "formed their communicator (call it again to go on "
+                    "without it): %s",
+                    why);
+}
+
 hoop_result_t hoop_comm_get_async_error(hoop_comm_t comm,
                                         hoop_result_t *error) {
   HOOP_CHECK(hoop__comm_check_live(comm, "hoop_comm_get_async_error"));

@@ -71,7 +71,7 @@ static void mac(const struct hoop_auth_key *key, const char *role,
                 const struct hoop_handshake *hs,
                 const uint8_t nonce[HOOP_AUTH_NONCE_BYTES], const void *text,
                 size_t text_len, uint8_t out[HOOP_AUTH_MAC_BYTES]) {
-  unsigned char msg[16 + 4 + 8 + 3 * 4 + 2 * HOOP_AUTH_NONCE_BYTES +
+  unsigned char msg[16 + 4 + 8 + 4 * 4 + 2 * HOOP_AUTH_NONCE_BYTES +
                     HOOP_NOTICE_BYTES];
   unsigned char *p = msg;
   memset(p, 0, 16);
@@ -82,6 +82,7 @@ static void mac(const struct hoop_auth_key *key, const char *role,
   put32(&p, (uint32_t)hs->from);
   put32(&p, (uint32_t)hs->to);
   put32(&p, (uint32_t)hs->channel);
+  put32(&p, (uint32_t)hs->kind);
   memcpy(p, hs->nonce, HOOP_AUTH_NONCE_BYTES);
   p += HOOP_AUTH_NONCE_BYTES;
   memcpy(p, nonce, HOOP_AUTH_NONCE_BYTES);

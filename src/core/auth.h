@@ -10,7 +10,8 @@
  *   dialler  -> acceptor  proof: MAC("dialler")
  *
  * where MAC(role) is HMAC-SHA256 under the key over the role, the protocol
- * version, the communicator id, both ranks, the channel and both nonces.
+ * version, the communicator id, both ranks, the channel, the kind of
+ * notice (0 on other connections) and both nonces.
  * Each side checks the other's MAC over its own fresh nonce, so a
  * recorded exchange proves nothing in another; the roles differ, so a
  * stranger cannot bounce one side's MAC back to it.  The acceptor proves

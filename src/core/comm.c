@@ -129,7 +129,7 @@ hoop_result_t hoop__comm_scratch(struct hoop_comm *comm, size_t bytes,
   return HOOP_SUCCESS;
 }
 
-hoop_result_t hoop__comm_enter(struct hoop_comm *comm, const char *what) {
+hoop_result_t hoop__comm_claim(struct hoop_comm *comm, const char *what) {
   if (comm == NULL)
     return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
                       "%s: communicator is NULL", what);
@@ -152,6 +152,11 @@ hoop_result_t hoop__comm_enter(struct hoop_comm *comm, const char *what) {
                       "%s: another thread is using this communicator", what);
   __atomic_store_n(&comm->call, what, __ATOMIC_RELAXED);
   hoop__comm_waiting(comm, -1, 0, 0);
+  return HOOP_SUCCESS;
+}
+
+hoop_result_t hoop__comm_enter(struct hoop_comm *comm, const char *what) {
+  HOOP_CHECK(hoop__comm_claim(comm, what));
   hoop_result_t broken = hoop__comm_broken(comm);
   if (broken != HOOP_SUCCESS) {
     hoop__comm_leave(comm);
@@ -203,6 +208,8 @@ static void comm_free(struct hoop_comm *comm) {
   free(comm->ring_place);
   free(comm->peer_sent);
   free(comm->peer_received);
+  free(comm->lost);
+  free(comm->fetched);
   free(comm->scratch);
   if (comm->plans != NULL)
     comm->plans_free(comm->plans);
@@ -322,8 +329,11 @@ hoop_result_t hoop__comm_create(struct hoop_comm **out, int nranks, int rank,
                        sizeof *comm->conns);
   comm->peer_sent = calloc((size_t)nranks, sizeof *comm->peer_sent);
   comm->peer_received = calloc((size_t)nranks, sizeof *comm->peer_received);
+  comm->lost = calloc((size_t)nranks, sizeof *comm->lost);
+  comm->fetched = calloc((size_t)nranks, sizeof *comm->fetched);
   if (comm->peers == NULL || comm->conns == NULL ||
-      comm->peer_sent == NULL || comm->peer_received == NULL) {
+      comm->peer_sent == NULL || comm->peer_received == NULL ||
+      comm->lost == NULL || comm->fetched == NULL) {
     res = HOOP_ERROR(NULL, HOOP_ERR_NO_MEMORY, "communicator tables");
     goto out_free;
   }

@@ -150,6 +150,21 @@ struct hoop_comm {
   /* Installed with it, read atomically (hoop__comm_device_drain). */
   const struct hoop_device_ops *device_ops;
 
+  /*
+   * For hoop_comm_shrink (shrink.c), touched only by the thread that runs
+   * the calls (which also answers the peers' questions): the ranks this
+   * one holds lost, 1 each, marked by the stall report (a rank that did
+   * not answer) and by the shrink's own questions; whether it is in
+   * hoop_comm_shrink, or was left out by the others; and on the
+   * survivors' coordinator, the id it decided on and who has fetched it.
+   */
+  uint8_t *lost;    /* [nranks] */
+  uint8_t *fetched; /* [nranks] */
+  bool shrinking;
+  bool excluded;
+  bool decided;
+  hoop_unique_id_t next_id;
+
   char last_error[HOOP_ERROR_MAX];
   char broken_reason[HOOP_ERROR_MAX]; /* the error that broke it */
 };
@@ -229,6 +244,21 @@ hoop_result_t hoop__comm_dial(struct hoop_comm *comm,
 /* Closes the accepted dials that nobody asked for, at teardown. */
 void hoop__comm_drop_pending(struct hoop_comm *comm);
 
+/*
+ * For a rank in hoop_comm_shrink: takes what has come to the listener,
+ * waiting up to wait_ms for the first: questions are answered, failure
+ * notices are old news, and a notice that the survivors left this rank
+ * out sets comm->excluded and is the error.
+ */
+hoop_result_t hoop__comm_serve(struct hoop_comm *comm, int wait_ms);
+
+/*
+ * Sends a notice of `kind` (wire.h) saying `text` to every rank marked in
+ * `to` (NULL: every peer), giving them a moment together.
+ */
+void hoop__comm_send_notices(struct hoop_comm *comm, const uint8_t *to,
+                             int32_t kind, const char *text);
+
 /* ---- stalls (inquiry.c) ----------------------------------------------- */
 
 /*
@@ -238,8 +268,25 @@ void hoop__comm_drop_pending(struct hoop_comm *comm);
 void hoop__comm_waiting(struct hoop_comm *comm, int peer, int send,
                         long long since_ms);
 
-/* Answers a peer's query on the proven connection fd, and closes it. */
-void hoop__comm_answer_query(struct hoop_comm *comm, int fd);
+/* Answers rank `from`'s query on the proven connection fd, and closes it. */
+void hoop__comm_answer_query(struct hoop_comm *comm, int fd, int from);
+
+/* What asking a peer where it is came to (hoop__comm_ask). */
+enum hoop_answer {
+  HOOP_ANSWER_GIVEN,   /* it answered; the whereabouts holds what */
+  HOOP_ANSWER_SILENT,  /* no answer in time */
+  HOOP_ANSWER_GONE,    /* its listener refused: the process has gone */
+  HOOP_ANSWER_NONE,    /* not asked, or it answered what no rank would */
+};
+
+/*
+ * Asks every peer p with skip[p] == 0 at once where it is, for up to
+ * wait_ms, serving this rank's listener meanwhile (as hoop__comm_serve
+ * does): got[p] says what came of it, where[p] holds a given answer.
+ * For hoop_comm_shrink, whose communicator is broken already.
+ */
+void hoop__comm_ask(struct hoop_comm *comm, const uint8_t *skip, int wait_ms,
+                    struct hoop_whereabouts *where, enum hoop_answer *got);
 
 /*
  * After this rank's call timed out: asks every peer where it is and puts
@@ -286,9 +333,11 @@ hoop_result_t hoop__comm_scratch(struct hoop_comm *comm, size_t bytes,
 
 /*
  * Every collective starts with enter: comm must be a live communicator,
- * not broken, and not in use by another thread.  leave undoes enter.
+ * not broken, and not in use by another thread.  leave undoes enter, and
+ * claim, which is enter for a broken communicator too (hoop_comm_shrink).
  */
 hoop_result_t hoop__comm_enter(struct hoop_comm *comm, const char *what);
+hoop_result_t hoop__comm_claim(struct hoop_comm *comm, const char *what);
 void hoop__comm_leave(struct hoop_comm *comm);
 
 /*
@@ -339,6 +388,14 @@ void hoop__comm_log_banner(const struct hoop_comm *comm);
  */
 hoop_result_t hoop__unique_id(const struct hoop_iface *iface,
                               hoop_unique_id_t *id);
+
+/*
+ * hoop_comm_shrink's agreement and the survivors' communicator (shrink.c),
+ * short of the check that it formed everywhere, which takes a collective.
+ */
+hoop_result_t hoop__comm_shrink(struct hoop_comm *comm,
+                                const hoop_config_t *config,
+                                struct hoop_comm **newcomm, int *old_ranks);
 
 /* Joins a communicator: bootstrap, then the ring neighbours' connections. */
 hoop_result_t hoop__comm_create(struct hoop_comm **out, int nranks, int rank,

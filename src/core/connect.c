@@ -280,27 +280,52 @@ static hoop_result_t notice_error(struct hoop_comm *comm, int from,
 }
 
 /*
+ * The survivors of a failure formed a communicator without this rank
+ * (shrink.c): whatever this rank does next with this communicator fails,
+ * and a hoop_comm_shrink of its own gets no place.
+ */
+static hoop_result_t excluded_error(struct hoop_comm *comm, int from,
+                                    const char *reason) {
+  comm->excluded = true;
+  comm->notice_received = true;
+  char desc[128];
+  hoop__peer_desc(comm, from, desc, sizeof desc);
+  hoop_result_t res = HOOP_ERROR(
+      comm, HOOP_ERR_REMOTE,
+      "the other ranks left this rank out: %s formed a communicator of the "
+      "survivors without it (%s)",
+      desc, reason);
+  set_broken(comm, res);
+  return res;
+}
+
+/*
  * Takes one connection that has proved itself, waiting up to wait_ms for
- * it.  A data dial is acked and kept in comm->pending; a failure notice
+ * it (*got says whether one came).  A data dial is acked and kept in comm->pending; a failure notice
  * becomes this call's error.
  */
-static hoop_result_t take_one(struct hoop_comm *comm, int wait_ms) {
+static hoop_result_t take_one(struct hoop_comm *comm, int wait_ms,
+                              bool *got) {
   struct hoop_proven p;
-  bool got;
   hoop_result_t res =
-      hoop__listener_poll(&comm->listener, wait_ms, &p, &got);
+      hoop__listener_poll(&comm->listener, wait_ms, &p, got);
   if (res != HOOP_SUCCESS)
     return hoop__error_attach(comm, res);
-  if (!got)
+  if (!*got)
     return HOOP_SUCCESS;
   if (p.hs.channel == HOOP_NOTICE_CHANNEL) {
     char reason[HOOP_NOTICE_BYTES];
     close(p.fd);
     hoop__notice_parse(p.payload, HOOP_NOTICE_BYTES, reason, sizeof reason);
+    if (p.hs.kind == HOOP_NOTICE_EXCLUDED)
+      return excluded_error(comm, p.hs.from, reason);
+    /* A shrinking rank's communicator broke already: old news. */
+    if (comm->shrinking)
+      return HOOP_SUCCESS;
     return notice_error(comm, p.hs.from, reason);
   }
   if (p.hs.channel == HOOP_QUERY_CHANNEL) {
-    hoop__comm_answer_query(comm, p.fd);
+    hoop__comm_answer_query(comm, p.fd, p.hs.from);
     return HOOP_SUCCESS;
   }
   /*
@@ -344,8 +369,10 @@ static hoop_result_t accept_from(struct hoop_comm *comm, int peer,
       return HOOP_ERROR(comm, HOOP_ERR_TIMEOUT,
                         "timed out waiting for a connection from %s", desc);
     HOOP_CHECK(check_watch(comm, &watch));
+    bool took;
     HOOP_CHECK(take_one(comm, left > ABORT_POLL_MS ? ABORT_POLL_MS
-                                                  : (int)left));
+                                                  : (int)left,
+                        &took));
   }
   int32_t status = HOOP_SUCCESS;
   hoop_result_t res = hoop__sock_send_all(comm, *out, &status, sizeof status,
@@ -355,11 +382,18 @@ static hoop_result_t accept_from(struct hoop_comm *comm, int peer,
   return res;
 }
 
+hoop_result_t hoop__comm_serve(struct hoop_comm *comm, int wait_ms) {
+  for (bool took = true; took; wait_ms = 0)
+    HOOP_CHECK(take_one(comm, wait_ms, &took));
+  return HOOP_SUCCESS;
+}
+
 hoop_result_t hoop__comm_check_notices(struct hoop_comm *comm, int wait_ms) {
   long long end = hoop__now_ms() + wait_ms;
   while (!comm->notice_received) {
     long long left = end - hoop__now_ms();
-    hoop_result_t res = take_one(comm, left > 0 ? (int)left : 0);
+    bool took;
+    hoop_result_t res = take_one(comm, left > 0 ? (int)left : 0, &took);
     if (comm->notice_received)
       return res;
     if (res != HOOP_SUCCESS || left <= 0)
@@ -397,12 +431,13 @@ hoop_result_t hoop__comm_listen(struct hoop_comm *comm,
  * false when it could not.
  */
 static bool send_notice(struct hoop_comm *comm, int fd, int peer,
-                        const char *reason) {
+                        int32_t kind, const char *reason) {
   struct hoop_handshake hs;
   uint8_t seal[HOOP_AUTH_MAC_BYTES];
   if (hoop__auth_handshake(comm->comm_id, comm->rank, peer,
                            HOOP_NOTICE_CHANNEL, &hs) != HOOP_SUCCESS)
     return false;
+  hs.kind = kind;
   hoop__auth_seal(&comm->auth_key, &hs, comm->listener.session, reason,
                   HOOP_NOTICE_BYTES, seal);
   struct iovec iov[3] = {{&hs, sizeof hs},
@@ -417,20 +452,22 @@ static bool send_notice(struct hoop_comm *comm, int fd, int peer,
  * A failing rank tells every peer why, all at once, so that ranks which
  * only see the cascade (a neighbour closing) still report the root cause.
  * A notice is sealed rather than challenged, so the peer may read it
- * whenever it next looks, long after this rank has gone.
+ * whenever it next looks, long after this rank has gone (or, stopped when
+ * it came, once it runs again).
  */
-static void send_notices(struct hoop_comm *comm) {
+void hoop__comm_send_notices(struct hoop_comm *comm, const uint8_t *to,
+                             int32_t kind, const char *text) {
   _Static_assert(HOOP_NOTICE_BYTES <= HOOP_ERROR_MAX,
                  "a notice carries the start of the error");
   char reason[HOOP_NOTICE_BYTES];
-  memcpy(reason, comm->last_error, sizeof reason);
+  snprintf(reason, sizeof reason, "%s", text);
   int n = comm->nranks, open = 0;
   struct pollfd *fds = calloc((size_t)n, sizeof *fds);
   if (fds == NULL)
     return;
   for (int peer = 0; peer < n; peer++) {
     fds[peer] = (struct pollfd){.fd = -1, .events = POLLOUT};
-    if (peer != comm->rank &&
+    if (peer != comm->rank && (to == NULL || to[peer]) &&
         hoop__sock_connect_start(&comm->peers[peer].addr,
                                  &fds[peer].fd) == 0)
       open++;
@@ -444,7 +481,7 @@ static void send_notices(struct hoop_comm *comm) {
       if (fds[peer].fd < 0 || fds[peer].revents == 0)
         continue;
       if ((fds[peer].revents & (POLLERR | POLLHUP)) == 0)
-        send_notice(comm, fds[peer].fd, peer, reason);
+        send_notice(comm, fds[peer].fd, peer, kind, reason);
       hoop__sock_close(&fds[peer].fd);
       open--;
     }
@@ -520,7 +557,8 @@ void hoop__comm_break(struct hoop_comm *comm, hoop_result_t result) {
   set_broken(comm, result);
   /* Only the rank that saw the failure first tells the others. */
   if (!comm->notice_received && result != HOOP_ERR_ABORTED)
-    send_notices(comm);
+    hoop__comm_send_notices(comm, NULL, HOOP_NOTICE_FAILED,
+                            comm->last_error);
   for (int i = 0; i < comm->nranks * comm->nsocks; i++) {
     if (comm->conns[i] != NULL)
       comm->conns[i]->ops->shutdown(comm->conns[i]);

@@ -34,10 +34,20 @@ void hoop__comm_waiting(struct hoop_comm *comm, int peer, int send,
   __atomic_store_n(&comm->wait_since_ms, since_ms, __ATOMIC_RELAXED);
 }
 
-void hoop__comm_answer_query(struct hoop_comm *comm, int fd) {
+/* The ranks this one holds lost, as far as a whereabouts holds them. */
+static void put_lost(const struct hoop_comm *comm,
+                     struct hoop_whereabouts *w) {
+  for (int p = 0; p < comm->nranks && w->nlost < HOOP_SHRINK_MAX_LOST; p++) {
+    if (comm->lost[p])
+      w->lost[w->nlost++] = p;
+  }
+}
+
+void hoop__comm_answer_query(struct hoop_comm *comm, int fd, int from) {
   struct hoop_whereabouts w = {
       .magic = HOOP_WIRE_MAGIC,
-      .state = hoop__comm_broken(comm) != HOOP_SUCCESS ? HOOP_AT_BROKEN
+      .state = comm->shrinking && !comm->excluded ? HOOP_AT_SHRINKING
+               : hoop__comm_broken(comm) != HOOP_SUCCESS ? HOOP_AT_BROKEN
                : comm->joining                         ? HOOP_AT_JOINING
                                                        : HOOP_AT_CALL,
       .seq = comm->seq,
@@ -58,6 +68,12 @@ void hoop__comm_answer_query(struct hoop_comm *comm, int fd) {
     w.plan = *plan;
     w.plan.link_bytes = 0;
     w.plan.back_bytes = 0;
+  }
+  put_lost(comm, &w);
+  if (comm->decided && !comm->excluded) {
+    w.decided = 1;
+    memcpy(w.next_id, comm->next_id.internal, sizeof w.next_id);
+    comm->fetched[from] = 1;
   }
   /* A fresh socket's buffer takes it whole; a peer gone is no matter. */
   (void)send(fd, &w, sizeof w, MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -195,7 +211,7 @@ static bool asking(const struct asked *a) {
  * came meanwhile (it is the error now).
  */
 static bool ask(struct hoop_comm *comm, int lo, int hi, struct asked *asked,
-                int wait_ms) {
+                const uint8_t *skip, int wait_ms) {
   size_t n = (size_t)(hi - lo + 1);
   struct pollfd *fds =
       malloc(sizeof *fds * (n + 1 + (size_t)comm->listener.max_unproven));
@@ -206,7 +222,7 @@ static bool ask(struct hoop_comm *comm, int lo, int hi, struct asked *asked,
     return true;
   }
   for (int p = lo; p <= hi; p++) {
-    if (p != comm->rank)
+    if (p != comm->rank && (skip == NULL || !skip[p]))
       start(comm, p, &asked[p - lo]);
   }
   long long deadline = hoop__now_ms() + wait_ms;
@@ -234,9 +250,14 @@ static bool ask(struct hoop_comm *comm, int lo, int hi, struct asked *asked,
     bool listener = false;
     for (int i = m; i < m + l; i++)
       listener |= fds[i].revents != 0;
-    if (listener && hoop__comm_check_notices(comm, 0) != HOOP_SUCCESS &&
-        comm->notice_received)
+    /* Shrinking ranks ask each other: each must answer while it asks. */
+    if (listener && comm->shrinking) {
+      if (hoop__comm_serve(comm, 0) != HOOP_SUCCESS && comm->excluded)
+        break;
+    } else if (listener && hoop__comm_check_notices(comm, 0) != HOOP_SUCCESS &&
+               comm->notice_received) {
       break;
+    }
   }
   bool gone = false;
   for (int p = lo; p <= hi; p++) {
@@ -252,11 +273,43 @@ static bool ask(struct hoop_comm *comm, int lo, int hi, struct asked *asked,
    * A peer that has gone usually broke first and left its notice, which
    * may still be on its way through this rank's listener.
    */
-  if (!comm->notice_received)
+  if (!comm->notice_received && !comm->shrinking)
     hoop__comm_check_notices(comm, gone ? GONE_NOTICE_MS : 0);
   free(fds);
   free(who);
-  return !comm->notice_received;
+  return comm->shrinking || !comm->notice_received;
+}
+
+void hoop__comm_ask(struct hoop_comm *comm, const uint8_t *skip, int wait_ms,
+                    struct hoop_whereabouts *where, enum hoop_answer *got) {
+  int n = comm->nranks;
+  struct asked *asked = calloc((size_t)n, sizeof *asked);
+  for (int p = 0; p < n; p++)
+    got[p] = HOOP_ANSWER_NONE;
+  if (asked == NULL)
+    return;
+  for (int p = 0; p < n; p++)
+    asked[p] = (struct asked){.fd = -1, .step = UNASKED};
+  ask(comm, 0, n - 1, asked, skip, wait_ms);
+  for (int p = 0; p < n; p++) {
+    if (p == comm->rank || (skip != NULL && skip[p]))
+      continue;
+    switch (asked[p].step) {
+    case ANSWERED:
+      got[p] = HOOP_ANSWER_GIVEN;
+      where[p] = asked[p].where;
+      break;
+    case SILENT:
+      got[p] = HOOP_ANSWER_SILENT;
+      break;
+    case GONE:
+      got[p] = HOOP_ANSWER_GONE;
+      break;
+    default:
+      break;
+    }
+  }
+  free(asked);
 }
 
 /* A bounded text that sentences are added to. */
@@ -492,7 +545,11 @@ void hoop__comm_report_stall(struct hoop_comm *comm) {
     asked[p] = (struct asked){.fd = -1, .step = UNASKED};
   char cause[HOOP_ERROR_MAX];
   snprintf(cause, sizeof cause, "%s", comm->last_error);
-  if (ask(comm, 0, comm->nranks - 1, asked, answer_ms(comm))) {
+  if (ask(comm, 0, comm->nranks - 1, asked, NULL, answer_ms(comm))) {
+    /* Held lost by a later hoop_comm_shrink, as a dead rank would be. */
+    for (int p = 0; p < comm->nranks; p++)
+      comm->lost[p] |= p != comm->rank && (asked[p].step == SILENT ||
+                                           asked[p].step == GONE);
     char report[HOOP_ERROR_MAX];
     struct text t = {report, sizeof report, 0};
     report[0] = '\0';
@@ -519,7 +576,7 @@ hoop_result_t hoop__comm_check_agreement(struct hoop_comm *comm, int peer) {
       peer >= comm->nranks || peer == comm->rank)
     return HOOP_SUCCESS;
   struct asked a = {.fd = -1, .step = UNASKED};
-  if (!ask(comm, peer, peer, &a, AGREEMENT_ANSWER_MS))
+  if (!ask(comm, peer, peer, &a, NULL, AGREEMENT_ANSWER_MS))
     return HOOP_ERR_REMOTE; /* a notice, already the last error */
   char desc[128], me[240], them[240];
   hoop__peer_desc(comm, peer, desc, sizeof desc);

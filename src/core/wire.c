@@ -148,6 +148,10 @@ bool hoop__handshake_parse(const void *bytes, size_t len, int32_t nranks,
   if (h.channel < channel_lo || h.channel > channel_hi)
     return refuse(why, why_len, "a handshake for channel %d, not %d to %d",
                   h.channel, channel_lo, channel_hi);
+  if (h.kind != HOOP_NOTICE_FAILED &&
+      (h.channel != HOOP_NOTICE_CHANNEL || h.kind != HOOP_NOTICE_EXCLUDED))
+    return refuse(why, why_len, "a handshake of kind %d for channel %d",
+                  h.kind, h.channel);
   *out = h;
   return true;
 }
@@ -185,6 +189,14 @@ bool hoop__whereabouts_parse(const void *bytes, size_t len, int32_t nranks,
       !hoop__wire_header_parse(&w.plan, sizeof w.plan, &plan, why, why_len))
     return false;
   w.plan = plan;
+  if (w.nlost < 0 || w.nlost > HOOP_SHRINK_MAX_LOST || w.decided > 1)
+    return refuse(why, why_len, "whereabouts with %d lost ranks, decided %u",
+                  w.nlost, w.decided);
+  for (int i = 0; i < w.nlost; i++) {
+    if (w.lost[i] < 0 || w.lost[i] >= nranks)
+      return refuse(why, why_len, "whereabouts holding rank %d of %d lost",
+                    w.lost[i], nranks);
+  }
   *out = w;
   return true;
 }

@@ -17,10 +17,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "hoop.h"
 #include "core/peer.h"
 
 #define HOOP_WIRE_MAGIC 0x686f6f70u /* "hoop" */
-#define HOOP_WIRE_VERSION 7u
+
+/* The most ranks one hoop_comm_shrink can leave out (shrink.c). */
+#define HOOP_SHRINK_MAX_LOST 32
+#define HOOP_WIRE_VERSION 8u
 
 #define HOOP_AUTH_NONCE_BYTES 16
 #define HOOP_AUTH_MAC_BYTES 32
@@ -55,14 +59,18 @@ struct hoop_handshake {
   uint64_t comm_id;
   int32_t from;
   int32_t to;
-  int32_t channel; /* a data channel, or one of the two below */
-  int32_t reserved;
+  int32_t channel; /* a data channel, or one of the three below */
+  int32_t kind;    /* a notice's: HOOP_NOTICE_FAILED or _EXCLUDED; else 0 */
   uint8_t nonce[HOOP_AUTH_NONCE_BYTES];
 };
 
 /* A failure notice: its seal (auth.h) and reason text follow. */
 #define HOOP_NOTICE_CHANNEL (-1)
 #define HOOP_NOTICE_BYTES 512
+/* What a notice says: its sender failed, or it left the receiver out of
+   the communicator that the survivors of a failure formed (shrink.c). */
+#define HOOP_NOTICE_FAILED 0
+#define HOOP_NOTICE_EXCLUDED 1
 /* A stalled rank asking where this one is: a whereabouts answers. */
 #define HOOP_QUERY_CHANNEL (-2)
 /* A rank joining through rank 0: its hello follows the proof. */
@@ -116,6 +124,7 @@ enum hoop_whereabouts_state {
   HOOP_AT_JOINING = 0, /* in hoop_comm_init_* */
   HOOP_AT_CALL = 1,    /* in a call */
   HOOP_AT_BROKEN = 2,  /* its communicator broke */
+  HOOP_AT_SHRINKING = 3, /* in hoop_comm_shrink */
   HOOP_AT_COUNT
 };
 
@@ -137,6 +146,17 @@ struct hoop_whereabouts {
   uint32_t in_plan;
   uint32_t reserved;
   struct hoop_wire_header plan;
+  /*
+   * For hoop_comm_shrink (shrink.c): the ranks this one holds lost, and,
+   * from the survivors' coordinator once it has decided, the id their
+   * communicator meets on (it holds the job's key: a whereabouts goes
+   * only to a rank that proved it has that key).
+   */
+  int32_t nlost;
+  int32_t lost[HOOP_SHRINK_MAX_LOST];
+  uint32_t decided;
+  uint32_t reserved2;
+  unsigned char next_id[HOOP_UNIQUE_ID_BYTES];
 };
 
 
@@ -172,8 +192,9 @@ bool hoop__peer_table_parse(const void *bytes, size_t len, int32_t nranks,
 
 /*
  * A handshake for a communicator of `nranks` ranks: magic and version,
- * 0 <= from, to < nranks, from != to, and channel_lo <= channel <=
- * channel_hi (what the listener that read it takes).
+ * 0 <= from, to < nranks, from != to, channel_lo <= channel <=
+ * channel_hi (what the listener that read it takes), and a kind that is
+ * 0 but on a notice, which may also say HOOP_NOTICE_EXCLUDED.
  */
 bool hoop__handshake_parse(const void *bytes, size_t len, int32_t nranks,
                            int32_t channel_lo, int32_t channel_hi,
@@ -191,8 +212,9 @@ void hoop__notice_parse(const void *bytes, size_t len, char *reason,
  * A whereabouts from one of `nranks` ranks: a state that exists, a
  * waited-on rank in -1..nranks-1 with a 0/1 direction and a wait of at
  * least 0 ms, a call name that ends within its field (control
- * characters made '?'), and in_plan 0 or 1, with a header that
- * hoop__wire_header_parse passes when 1.
+ * characters made '?'), in_plan 0 or 1, with a header that
+ * hoop__wire_header_parse passes when 1, 0 to HOOP_SHRINK_MAX_LOST lost
+ * ranks each below `nranks`, and decided 0 or 1.
  */
 bool hoop__whereabouts_parse(const void *bytes, size_t len, int32_t nranks,
                              struct hoop_whereabouts *out, char *why,
