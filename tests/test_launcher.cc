@@ -500,6 +500,25 @@ TEST(Launcher, FailingRanksCodeIsTheJobsAndTheOthersStop) {
   ExpectAllGone(pids);
 }
 
+// With --elastic the others go on: the job succeeds when one rank does,
+// and fails with the first failure's code when none does.
+TEST(Launcher, ElasticJobsGoOnWhenARankFails) {
+  const char script[] =
+      "if [ $HOOP_RANK = 1 ]; then kill -9 $$; fi; "
+      "if [ $HOOP_RANK = 2 ]; then exit 3; fi; sleep 0.5; echo done";
+  Launch job(ShArgs(script, 4, {"--elastic"}));
+  EXPECT_EQ(job.Wait(), 0) << job.err;
+  EXPECT_NE(job.err.find("killed by signal 9 (Killed); the other ranks go "
+                         "on (--elastic)"),
+            std::string::npos) << job.err;
+  EXPECT_NE(job.err.find("exited with code 3"), std::string::npos) << job.err;
+  EXPECT_NE(job.out.find("[0] done"), std::string::npos) << job.out;
+  EXPECT_NE(job.out.find("[3] done"), std::string::npos) << job.out;
+  Launch none(ShArgs("exit $((HOOP_RANK + 4))", 2, {"--elastic"}));
+  int code = none.Wait();
+  EXPECT_TRUE(code == 4 || code == 5) << none.err;
+}
+
 TEST(Launcher, RankKilledBySignalGives128PlusTheSignal) {
   const char script[] =
       "if [ $HOOP_RANK = 0 ]; then kill -9 $$; fi; exec sleep 30";

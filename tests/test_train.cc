@@ -31,6 +31,7 @@ extern "C" {
 #include "checkpoint.h"
 #include "dataset.h"
 #include "ddp.h"
+#include "elastic.h"
 #include "idx.h"
 #include "layers.h"
 #include "mlp.h"
@@ -253,6 +254,42 @@ TEST(Dataset, ShardsCoverEveryIndexLikeDistributedSampler) {
       << "every epoch must shuffle anew";
   free(e1);
   free(e2);
+}
+
+// hoop-train --elastic walks an epoch in steps whose ranks change when
+// ranks are lost: however they change, every place is trained once.
+TEST(Elastic, StepsCoverEachSampleOnceHoweverManyRanksAreLeft) {
+  for (size_t n : {1u, 5u, 100u, 1001u}) {
+    for (int batch : {1, 7, 64}) {
+      std::vector<int> seen(n, 0);
+      int nranks = 8, step_no = 0;
+      for (size_t at = 0; at < n; step_no++) {
+        size_t step = 0;
+        for (int r = 0; r < nranks; r++) {
+          size_t lo, hi;
+          step = elastic_split(at, n, nranks, batch, r, &lo, &hi);
+          ASSERT_LE(lo, hi);
+          ASSERT_LE(hi - lo, (size_t)batch);
+          for (size_t i = lo; i < hi; i++)
+            seen[i]++;
+        }
+        ASSERT_GT(step, 0u);
+        at += step;
+        // Ranks lost along the way: 8, 8, 5, 5, 3, 3, 1, ...
+        if (step_no % 2 == 1 && nranks > 1)
+          nranks = nranks > 5 ? 5 : nranks > 3 ? 3 : 1;
+      }
+      for (size_t i = 0; i < n; i++)
+        ASSERT_EQ(seen[i], 1) << "n " << n << " batch " << batch
+                              << " place " << i;
+    }
+  }
+  size_t lo, hi;
+  // Fewer samples left than ranks: some ranks get none, none gets two.
+  EXPECT_EQ(elastic_split(98, 100, 4, 64, 0, &lo, &hi), 2u);
+  EXPECT_EQ(hi - lo, 0u);
+  EXPECT_EQ(elastic_split(98, 100, 4, 64, 3, &lo, &hi), 2u);
+  EXPECT_EQ(hi - lo, 1u);
 }
 
 // n images of rows x cols (an MLP sees rows * cols features).
@@ -986,7 +1023,8 @@ TEST(HoopTrain, BadInputGivesAClearError) {
   for (const char *args : {"--epochs 0", "--optim rmsprop", "--algo star",
                            "--hidden 10,x", "--lr -1", "--resume",
                            "--model rnn", "--model cnn --hidden 10",
-                           "--batch 9999999", "stray"}) {
+                           "--batch 9999999", "--elastic --accum-steps 2",
+                           "stray"}) {
     r = run_shell(kTrain + " " + args);
     EXPECT_EQ(r.status, 2) << args << ": " << r.text;
     EXPECT_NE(r.text.find("hoop-train: "), std::string::npos) << r.text;
@@ -1068,7 +1106,48 @@ TEST(HoopTrain, LearnsFashionMnistOnTwoRanks) {
   EXPECT_EQ(row["bytes_sent_per_step"], "796840") << slurp(dir + "/m.csv");
   EXPECT_EQ(row["model_bytes_per_step"], "796840") << slurp(dir + "/m.csv");
   EXPECT_EQ(row["algo"], "ring");
-  EXPECT_EQ(row.size(), 16u) << slurp(dir + "/m.csv");
+  EXPECT_EQ(row.size(), 18u) << slurp(dir + "/m.csv");
+  EXPECT_EQ(row["ranks"], "2");
+  EXPECT_EQ(row["ranks_left"], "0");
+}
+
+// Killed as its first epoch ends, a rank of four is left out; the others
+// split the samples among themselves, go on to the last epoch and learn,
+// and hoop-run --elastic lets them.
+TEST(HoopTrain, ElasticGoesOnWithoutAKilledRank) {
+  if (access((kFashion + "/train-images-idx3-ubyte.gz").c_str(), R_OK) != 0)
+    GTEST_SKIP() << "Fashion-MNIST is not installed (apt-get install "
+                    "dataset-fashion-mnist)";
+  std::string dir = temp_dir();
+  std::string script =
+      kRun + " --elastic -n 4 " + kTrain +
+      " --elastic --quiet --epochs 3 --train-limit 30000 --test-limit 5000"
+      " --metrics " + dir + "/m.csv > " + dir + "/out 2>&1 & run=$!; "
+      "for i in $(seq 600); do grep -q 'epoch 1/3' " + dir + "/out && break;"
+      " sleep 0.05; done; kill -9 $(pgrep -P $run | sed -n 3p); wait $run; "
+      "echo status $?; cat " + dir + "/out";
+  write_file(dir + "/run.sh", std::vector<uint8_t>(script.begin(), script.end()),
+             false);
+  ShellOutput r = run_shell("bash " + dir + "/run.sh");
+  EXPECT_NE(r.text.find("status 0"), std::string::npos) << r.text;
+  EXPECT_NE(r.text.find("the other ranks go on (--elastic)"),
+            std::string::npos) << r.text;
+  EXPECT_TRUE(std::regex_search(
+      r.text, std::regex(R"(rank\(s\) 2 left; 3 of 4 ranks go on )"
+                         R"(\(recovered in \d+\.\d\d s\))")))
+      << r.text;
+  std::map<std::string, std::string> row = last_metrics(dir + "/m.csv");
+  EXPECT_EQ(row["epoch"], "3") << slurp(dir + "/m.csv");
+  EXPECT_EQ(row["ranks"], "3") << slurp(dir + "/m.csv");
+  EXPECT_GT(last_test_accuracy(dir + "/m.csv"), 0.75) << slurp(dir + "/m.csv");
+  std::string csv = slurp(dir + "/m.csv");
+  int lost = 0;
+  std::istringstream in(csv);
+  std::string line;
+  std::getline(in, line);
+  while (std::getline(in, line))
+    lost += std::stoi(line.substr(line.rfind(',') + 1));
+  EXPECT_EQ(lost, 1) << csv;
 }
 
 TEST(HoopTrain, CnnLearnsFashionMnistOnTwoRanks) {

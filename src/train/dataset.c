@@ -107,16 +107,10 @@ uint64_t rng_next(rng_t *r) {
 
 double rng_uniform(rng_t *r) { return (rng_next(r) >> 11) * 0x1.0p-53; }
 
-size_t *dataset_shard(size_t n, uint64_t seed, int epoch, int rank,
-                      int nranks, size_t *count) {
-  size_t per_rank = (n + (size_t)nranks - 1) / (size_t)nranks;
+size_t *dataset_permutation(size_t n, uint64_t seed, int epoch) {
   size_t *perm = malloc((n > 0 ? n : 1) * sizeof *perm);
-  size_t *mine = malloc((per_rank > 0 ? per_rank : 1) * sizeof *mine);
-  if (perm == NULL || mine == NULL) {
-    free(perm);
-    free(mine);
+  if (perm == NULL)
     return NULL;
-  }
   rng_t r;
   rng_seed(&r, seed * 1000003u + (uint64_t)epoch);
   for (size_t i = 0; i < n; i++)
@@ -126,6 +120,19 @@ size_t *dataset_shard(size_t n, uint64_t seed, int epoch, int rank,
     size_t t = perm[i - 1];
     perm[i - 1] = perm[j];
     perm[j] = t;
+  }
+  return perm;
+}
+
+size_t *dataset_shard(size_t n, uint64_t seed, int epoch, int rank,
+                      int nranks, size_t *count) {
+  size_t per_rank = (n + (size_t)nranks - 1) / (size_t)nranks;
+  size_t *perm = dataset_permutation(n, seed, epoch);
+  size_t *mine = malloc((per_rank > 0 ? per_rank : 1) * sizeof *mine);
+  if (perm == NULL || mine == NULL) {
+    free(perm);
+    free(mine);
+    return NULL;
   }
   for (size_t k = 0; k < per_rank; k++)
     mine[k] = perm[(k * (size_t)nranks + (size_t)rank) % n];

@@ -32,6 +32,9 @@ int dataset_load(const char *dir, const char *prefix, size_t limit,
                  dataset_t *out, char *err, size_t errlen);
 void dataset_free(dataset_t *d);
 
+/* The permutation of 0..n-1 that (seed, epoch) draws, in a new array. */
+size_t *dataset_permutation(size_t n, uint64_t seed, int epoch);
+
 /*
  * The indices rank `rank` of `nranks` visits in `epoch`, as PyTorch's
  * DistributedSampler does: one permutation of 0..n-1 seeded by (seed,

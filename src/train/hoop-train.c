@@ -18,6 +18,7 @@
 
 #include "checkpoint.h"
 #include "dataset.h"
+#include "elastic.h"
 #include "hoop.h"
 #include "options.h"
 #include "trainer.h"
@@ -59,6 +60,7 @@ struct epoch_report {
   double step_last_in_us;
   double bytes_sent_per_step, model_bytes_per_step;
   hoop_algo_t algo;
+  int ranks, ranks_left; /* at the epoch's end; lost during it (--elastic) */
 };
 
 /*
@@ -145,12 +147,17 @@ static void progress_clear(struct progress *p) {
   p->drawn = 0;
 }
 
-static FILE *open_metrics(const struct options *o) {
+/*
+ * Appends to the file when resuming, or for a rank that became rank 0
+ * when the first one was lost (--elastic).
+ */
+static FILE *open_metrics(const struct options *o, int append) {
   const char *path = o->metrics;
   if (path == NULL)
     return NULL;
   struct stat st;
-  int fresh = !o->resume || stat(path, &st) != 0 || st.st_size == 0;
+  int fresh = !(o->resume || append) || stat(path, &st) != 0 ||
+              st.st_size == 0;
   FILE *f = fopen(path, fresh ? "w" : "a");
   if (f == NULL) {
     fprintf(stderr, "hoop-train: cannot write metrics to %s: %s\n", path,
@@ -161,19 +168,20 @@ static FILE *open_metrics(const struct options *o) {
     fprintf(f, "epoch,loss,train_acc,test_acc,seconds,samples_per_s,"
                "compute_s,wait_s,comm_s,algo,bytes_sent_per_step,"
                "model_bytes_per_step,late_s,step_comm_median_us,"
-               "step_moving_median_us,step_last_in_median_us\n");
+               "step_moving_median_us,step_last_in_median_us,ranks,"
+               "ranks_left\n");
   return f;
 }
 
 static void write_metrics(FILE *f, const struct epoch_report *r) {
   fprintf(f,
           "%d,%.6f,%.6f,%.6f,%.4f,%.1f,%.4f,%.4f,%.4f,%s,%.0f,%.0f,%.4f,"
-          "%.1f,%.1f,%.1f\n",
+          "%.1f,%.1f,%.1f,%d,%d\n",
           r->epoch, r->loss, r->train_acc, r->test_acc, r->seconds,
           r->samples_per_s, r->compute_s, r->wait_s, r->comm_s,
           hoop_algo_name(r->algo), r->bytes_sent_per_step,
           r->model_bytes_per_step, r->late_s, r->step_comm_us,
-          r->step_moving_us, r->step_last_in_us);
+          r->step_moving_us, r->step_last_in_us, r->ranks, r->ranks_left);
   fflush(f);
 }
 
@@ -222,6 +230,7 @@ struct run {
   trainer_t t;
   struct progress prog;
   FILE *metrics; /* rank 0's --metrics, else NULL */
+  elastic_t el;  /* --elastic: the ranks left of the launched ones */
 };
 
 /* Loads both image sets, or says why not and leaves nothing loaded. */
@@ -419,8 +428,64 @@ static int run_epoch(struct run *run, int epoch, struct epoch_report *r) {
           (double)(after.sent - before.sent) / (double)syncs,
       .model_bytes_per_step = model_bytes(after.busiest, run->nranks,
                                           grad_bytes),
-      .algo = after.calls > before.calls ? after.busiest : o->algo};
+      .algo = after.calls > before.calls ? after.busiest : o->algo,
+      .ranks = run->nranks};
   r->compute_s = seconds - r->wait_s;
+  return 0;
+}
+
+/*
+ * run_epoch's --elastic form: the samples split step by step among the
+ * ranks left (elastic.h), and the epoch's figures and the evaluation
+ * redone after a loss.  Reports the loss, accuracies, time, the ranks at
+ * the end and those lost; the timings of the gradient all-reduces, whose
+ * combining is itself a collective to redo, are not measured.
+ */
+static int run_elastic_epoch(struct run *run, int epoch,
+                             struct epoch_report *r) {
+  const struct options *o = run->o;
+  char err[1024];
+  double loss_sum = 0.0, t0 = now_s();
+  long correct = 0, test_right = 0, test_total = 0;
+  size_t samples = 0;
+  if (elastic_train_epoch(&run->el, &run->train_set, epoch, o->batch, o->seed,
+                          &loss_sum, &correct, &samples, err,
+                          sizeof err) != 0) {
+    fprintf(stderr, "hoop-train: rank %d: epoch %d: %s\n", run->rank,
+            epoch + 1, err);
+    return -1;
+  }
+  double seconds = now_s() - t0, sums[3];
+  for (;;) {
+    sums[0] = loss_sum;
+    sums[1] = (double)correct;
+    sums[2] = (double)samples;
+    if (allreduce_sums(run->t.comm, sums, 3) != 0)
+      snprintf(err, sizeof err, "all-reduce of the epoch's figures: %s",
+               hoop_comm_last_error(run->t.comm));
+    else if (trainer_evaluate(&run->t, &run->test_set, &test_right,
+                              &test_total, err, sizeof err) == 0)
+      break;
+    if (elastic_recover(&run->el, err, sizeof err) != 0) {
+      fprintf(stderr, "hoop-train: rank %d: epoch %d: %s\n", run->rank,
+              epoch + 1, err);
+      return -1;
+    }
+  }
+  run->comm = run->t.comm;
+  run->rank = run->t.rank;
+  run->nranks = run->t.nranks;
+  int left = elastic_take_left(&run->el);
+  if (run->rank != 0)
+    return 0;
+  /* The log says how long each recovery took; the CSV's timing columns
+     stay 0, not measured. */
+  *r = (struct epoch_report){
+      .epoch = epoch + 1, .loss = sums[0] / sums[2],
+      .train_acc = sums[1] / sums[2],
+      .test_acc = (double)test_right / (double)test_total,
+      .seconds = seconds, .samples_per_s = sums[2] / seconds,
+      .algo = o->algo, .ranks = run->nranks, .ranks_left = left};
   return 0;
 }
 
@@ -431,7 +496,7 @@ static int finish_epoch(struct run *run, const struct epoch_report *r) {
   /* One line a person reads at a glance; the timings behind it, the
    * median steps and the bytes sent go to --metrics. */
   char waited[64] = "";
-  if (run->nranks > 1)
+  if (run->nranks > 1 && !o->elastic)
     snprintf(waited, sizeof waited, " (%.2f s waiting on all-reduce)",
              r->wait_s);
   printf("epoch %d/%d: loss %.4f, accuracy train %.4f test %.4f, %.0f "
@@ -439,6 +504,11 @@ static int finish_epoch(struct run *run, const struct epoch_report *r) {
          r->epoch, o->epochs, r->loss, r->train_acc, r->test_acc,
          r->samples_per_s, r->seconds, waited);
   fflush(stdout);
+  if (run->metrics == NULL && o->metrics != NULL) {
+    run->metrics = open_metrics(o, 1);
+    if (run->metrics == NULL)
+      return -1;
+  }
   if (run->metrics != NULL)
     write_metrics(run->metrics, r);
   if (o->checkpoint != NULL &&
@@ -451,9 +521,10 @@ static int finish_epoch(struct run *run, const struct epoch_report *r) {
   return 0;
 }
 
-static int train(const struct options *o, hoop_comm_t comm, int rank,
+/* *comm is the communicator the run ends on (--elastic shrinks it). */
+static int train(const struct options *o, hoop_comm_t *comm, int rank,
                  int nranks) {
-  struct run run = {.o = o, .comm = comm, .rank = rank, .nranks = nranks};
+  struct run run = {.o = o, .comm = *comm, .rank = rank, .nranks = nranks};
   if (load_data(&run) != 0)
     return 1;
   trainer_config_t cfg = {.batch = o->batch, .optim = o->optim, .lr = o->lr,
@@ -467,15 +538,19 @@ static int train(const struct options *o, hoop_comm_t comm, int rank,
   parse_hidden(o->hidden != NULL ? o->hidden : DEFAULT_HIDDEN, &cfg.model);
   int rc = 1;
   char err[1024];
-  if (trainer_init(&run.t, comm, &cfg, err, sizeof err) != 0) {
+  if (trainer_init(&run.t, *comm, &cfg, err, sizeof err) != 0) {
     fprintf(stderr, "hoop-train: rank %d: %s\n", rank, err);
     goto out_data;
+  }
+  if (o->elastic && elastic_init(&run.el, &run.t) != 0) {
+    fprintf(stderr, "hoop-train: rank %d: out of memory\n", rank);
+    goto out_trainer;
   }
   int start_epoch = 0;
   if (o->resume && resume(&run, &start_epoch) != 0)
     goto out_trainer;
   if (rank == 0) {
-    run.metrics = open_metrics(o);
+    run.metrics = open_metrics(o, 0);
     if (o->metrics != NULL && run.metrics == NULL)
       goto out_trainer;
     print_start(&run, &cfg.model, start_epoch);
@@ -483,14 +558,17 @@ static int train(const struct options *o, hoop_comm_t comm, int rank,
   run.prog = progress_init(o, rank);
   for (int epoch = start_epoch; epoch < o->epochs; epoch++) {
     struct epoch_report r = {0}; /* filled on rank 0 only */
-    if (run_epoch(&run, epoch, &r) != 0 ||
-        (rank == 0 && finish_epoch(&run, &r) != 0))
+    if ((o->elastic ? run_elastic_epoch(&run, epoch, &r)
+                    : run_epoch(&run, epoch, &r)) != 0 ||
+        (run.rank == 0 && finish_epoch(&run, &r) != 0))
       goto out_trainer;
   }
   rc = 0;
 out_trainer:
   if (run.metrics != NULL)
     fclose(run.metrics);
+  *comm = run.t.comm != NULL ? run.t.comm : *comm;
+  elastic_free(&run.el);
   trainer_free(&run.t);
 out_data:
   dataset_free(&run.test_set);
@@ -517,11 +595,12 @@ int main(int argc, char **argv) {
   hoop_comm_size(comm, &nranks);
   if (o.algo != HOOP_ALGO_AUTO)
     hoop_comm_set_algo(comm, o.algo);
-  rc = train(&o, comm, rank, nranks);
+  rc = train(&o, &comm, rank, nranks);
   if (rc != 0) {
     hoop_comm_abort(comm);
     return rc;
   }
+  hoop_comm_rank(comm, &rank);
   hoop_comm_destroy(comm);
   if (rank == 0 && o.plot != NULL)
     return plot(o.metrics, o.plot) == 0 ? 0 : 1;

@@ -53,7 +53,10 @@ static void usage(FILE *to) {
     "  --progress-every S  rank 0's progress: a bar on a terminal (also\n"
     "                      through hoop-run), else a line at most every S\n"
     "                      seconds (default 10)\n"
-    "  --quiet             no progress bar or lines\n");
+    "  --quiet             no progress bar or lines\n"
+    "  --elastic           go on when ranks die or stop: the others shrink\n"
+    "                      the job, redo the step and split each epoch's\n"
+    "                      samples among those left (CPU, --accum-steps 1)\n");
 }
 
 static int die_usage(const char *fmt, ...) {
@@ -106,7 +109,7 @@ enum {
   O_DATA = 256, O_HIDDEN, O_EPOCHS, O_BATCH, O_ACCUM, O_OPTIM, O_LR,
   O_MOMENTUM, O_WD, O_BUCKET, O_ALGO, O_SEED, O_TRAIN_LIMIT, O_TEST_LIMIT,
   O_THREADS, O_METRICS, O_PLOT, O_CHECKPOINT, O_RESUME, O_QUIET, O_HELP,
-  O_DEVICE, O_MODEL, O_PROGRESS_EVERY
+  O_DEVICE, O_MODEL, O_PROGRESS_EVERY, O_ELASTIC
 };
 
 /* The options that take a whole number.  Returns 0, or 2 after saying
@@ -226,6 +229,7 @@ static int parse_option(int c, const char *arg, struct options *o) {
   case O_CHECKPOINT: o->checkpoint = arg; return 0;
   case O_RESUME: o->resume = 1; return 0;
   case O_QUIET: o->quiet = 1; return 0;
+  case O_ELASTIC: o->elastic = 1; return 0;
   case O_EPOCHS: case O_BATCH: case O_ACCUM: case O_BUCKET: case O_SEED:
   case O_TRAIN_LIMIT: case O_TEST_LIMIT: case O_THREADS:
     return parse_count(c, arg, o);
@@ -243,6 +247,9 @@ static int parse_option(int c, const char *arg, struct options *o) {
 static int finish_args(struct options *o) {
   if (o->resume && o->checkpoint == NULL)
     return die_usage("--resume needs --checkpoint FILE");
+  if (o->elastic && (o->cuda || o->accum_steps != 1))
+    return die_usage("--elastic trains on the CPU, one update per step "
+                     "(not with --device cuda or --accum-steps)");
   if (o->hidden != NULL && o->model != MODEL_MLP)
     return die_usage("--hidden shapes the MLP; the CNN's layers are fixed");
   model_spec_t check;
@@ -272,6 +279,7 @@ int parse_args(int argc, char **argv, struct options *o) {
       {"threads", 1, 0, O_THREADS},   {"metrics", 1, 0, O_METRICS},
       {"plot", 1, 0, O_PLOT},         {"checkpoint", 1, 0, O_CHECKPOINT},
       {"resume", 0, 0, O_RESUME},     {"quiet", 0, 0, O_QUIET},
+      {"elastic", 0, 0, O_ELASTIC},
       {"device", 1, 0, O_DEVICE},     {"model", 1, 0, O_MODEL},
       {"progress-every", 1, 0, O_PROGRESS_EVERY},
       {"help", 0, 0, O_HELP},         {0, 0, 0, 0}};

@@ -31,6 +31,7 @@ struct options {
   int resume, quiet;
   float progress_every; /* seconds between progress lines in a log */
   int cuda; /* --device cuda */
+  int elastic; /* --elastic: go on without lost ranks (elastic.h) */
 };
 
 /*

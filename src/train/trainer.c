@@ -90,6 +90,19 @@ int trainer_init(trainer_t *t, hoop_comm_t comm, const trainer_config_t *cfg,
   return 0;
 }
 
+int trainer_rejoin(trainer_t *t, hoop_comm_t comm, char *err, size_t errlen) {
+  ddp_destroy(t->ddp);
+  t->ddp = NULL;
+  t->comm = comm;
+  hoop_comm_rank(comm, &t->rank);
+  hoop_comm_size(comm, &t->nranks);
+  /* What the failed step had summed so far is no one's gradient. */
+  memset(t->grads, 0, t->model.nparams * sizeof *t->grads);
+  t->ddp = ddp_create(comm, t->grads, NULL, t->model.nlayers, t->model.offset,
+                      t->cfg.bucket_bytes, err, errlen);
+  return t->ddp != NULL ? 0 : -1;
+}
+
 void trainer_free(trainer_t *t) {
   ddp_destroy(t->ddp);
   gpu_mlp_destroy(t->gpu);

@@ -49,6 +49,13 @@ int trainer_init(trainer_t *t, hoop_comm_t comm, const trainer_config_t *cfg,
 void trainer_free(trainer_t *t);
 
 /*
+ * Moves the replica (on the CPU) onto `comm`, the survivors' communicator
+ * after ranks were lost (hoop_comm_shrink): new gradient averaging, the
+ * gradients cleared.  The caller owns both communicators.
+ */
+int trainer_rejoin(trainer_t *t, hoop_comm_t comm, char *err, size_t errlen);
+
+/*
  * Forward (training: with dropout, keyed by the samples and the optimiser
  * step) and backward on samples idx[0..batch) of d, adding to the
  * gradients scale * d(loss sum)/d(params).  With sync set the gradients

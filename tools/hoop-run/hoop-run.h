@@ -35,6 +35,7 @@ struct options {
   const char *netns;  /* --netns PREFIX, or NULL */
   int per_host;       /* ranks in each namespace (--ranks-per-host) */
   bool cyclic;        /* --cyclic: rank r on host r % hosts */
+  bool elastic;       /* --elastic: a failed rank stops no other */
   char **argv;        /* the program and its arguments */
 };
 
@@ -87,6 +88,7 @@ struct job {
   int running; /* ranks whose main process is not yet reaped */
   enum phase phase;
   int exit_code;       /* -1 until the first failure decides it */
+  int succeeded;       /* ranks that exited with 0 */
   int64_t deadline_ms; /* the timeout, or the SIGKILL time; -1 for none */
   struct pollfd *pollfds;
   struct stream **polled; /* the stream behind each pollfd but the first */

@@ -127,27 +127,31 @@ static void handle_signals(struct job *job)
 static void on_rank_exit(struct job *job, int rank, pid_t pid, int status)
 {
   bool failed = !WIFEXITED(status) || WEXITSTATUS(status) != 0;
-  const char *then = job->running > 0 ? "; stopping the other ranks" : "";
+  const char *then = job->running <= 1 ? ""
+                     : job->opt->elastic ? "; the other ranks go on (--elastic)"
+                                         : "; stopping the other ranks";
 
   job->ranks[rank].pid = 0;
   job->running--;
+  job->succeeded += !failed;
   /* Its last words go out before our verdict on it. */
   drain_stream(job, &job->ranks[rank].streams[0]);
   drain_stream(job, &job->ranks[rank].streams[1]);
   /* Once stopping, further deaths are our doing, not news. */
   if (!failed || job->phase != JOB_RUNNING)
     return;
-  if (WIFSIGNALED(status)) {
-    int sig = WTERMSIG(status);
-    job->exit_code = 128 + sig;
+  int code = WIFSIGNALED(status) ? 128 + WTERMSIG(status)
+                                  : WEXITSTATUS(status);
+  if (WIFSIGNALED(status))
     notice("rank %d (pid %ld) was killed by signal %d (%s)%s", rank,
-           (long)pid, sig, strsignal(sig), then);
-  } else {
-    job->exit_code = WEXITSTATUS(status);
-    notice("rank %d (pid %ld) exited with code %d%s", rank, (long)pid,
-           job->exit_code, then);
-  }
-  stop_job(job, SIGTERM);
+           (long)pid, WTERMSIG(status), strsignal(WTERMSIG(status)), then);
+  else
+    notice("rank %d (pid %ld) exited with code %d%s", rank, (long)pid, code,
+           then);
+  if (job->exit_code < 0)
+    job->exit_code = code;
+  if (!job->opt->elastic)
+    stop_job(job, SIGTERM);
 }
 
 static int find_rank(const struct job *job, pid_t pid)
@@ -342,5 +346,8 @@ int main(int argc, char **argv)
   for (int r = 0; r < opt.nranks; r++)
     start_rank(&job, r);
   run_job(&job);
+  /* An elastic job that ran to its end on the ranks left succeeded. */
+  if (opt.elastic && job.phase == JOB_RUNNING && job.succeeded > 0)
+    return EXIT_SUCCESS;
   return job.exit_code < 0 ? EXIT_SUCCESS : job.exit_code;
 }

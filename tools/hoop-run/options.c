@@ -44,6 +44,9 @@ static const char USAGE[] =
     "                         over the hosts in turn instead (rank r in\n"
     "                         PREFIX-h<r % hosts>), as srun's cyclic\n"
     "                         distribution and mpirun --map-by node do\n"
+    "  --elastic              a rank that fails stops no other: for jobs\n"
+    "                         that go on without lost ranks (hoop-train\n"
+    "                         --elastic, hoop_comm_shrink)\n"
     "  -h, --help             show this help\n"
     "\n"
     "Each rank gets HOOP_RANK, HOOP_WORLD_SIZE, HOOP_LOCAL_RANK,\n"
@@ -56,8 +59,9 @@ static const char USAGE[] =
     "SIGINT, SIGTERM and SIGHUP are passed on to the ranks.  Shared memory\n"
     "segments a dead rank left in /dev/shm (hoop-PID-*) are removed.\n"
     "\n"
-    "Exit status: 0 if every rank succeeds, else that of the first rank to\n"
-    "fail (128+N if killed by signal N), or 128+N after receiving signal N;\n"
+    "Exit status: 0 if every rank succeeds (with --elastic, if one does),\n"
+    "else that of the first rank to fail (128+N if killed by signal N), or\n"
+    "128+N after receiving signal N;\n"
     "124 on timeout, 125 if hoop-run itself fails, 127 if the program cannot\n"
     "be run, 2 on bad usage.\n";
 
@@ -116,7 +120,8 @@ enum {
   OPT_TIMEOUT,
   OPT_NETNS,
   OPT_PER_HOST,
-  OPT_CYCLIC
+  OPT_CYCLIC,
+  OPT_ELASTIC
 };
 
 static const struct option LONG_OPTIONS[] = {
@@ -128,6 +133,7 @@ static const struct option LONG_OPTIONS[] = {
     {"netns", required_argument, NULL, OPT_NETNS},
     {"ranks-per-host", required_argument, NULL, OPT_PER_HOST},
     {"cyclic", no_argument, NULL, OPT_CYCLIC},
+    {"elastic", no_argument, NULL, OPT_ELASTIC},
     {NULL, 0, NULL, 0},
 };
 
@@ -193,6 +199,9 @@ void parse_options(int argc, char **argv, struct options *opt)
       break;
     case OPT_CYCLIC:
       opt->cyclic = true;
+      break;
+    case OPT_ELASTIC:
+      opt->elastic = true;
       break;
     default:
       bad_option(c, argv);

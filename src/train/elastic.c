@@ -1,0 +1,190 @@
+/* Epochs that survive lost ranks; see elastic.h. */
+#include "elastic.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/*
+ * Shrinks after one failure can fail in turn when more ranks go while the
+ * survivors agree; each try leaves out those too.
+ */
+#define SHRINK_TRIES 4
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int elastic_init(elastic_t *e, trainer_t *t) {
+  memset(e, 0, sizeof *e);
+  e->t = t;
+  e->launched = t->nranks;
+  e->launch_rank = malloc((size_t)t->nranks * sizeof *e->launch_rank);
+  if (e->launch_rank == NULL)
+    return -1;
+  for (int r = 0; r < t->nranks; r++)
+    e->launch_rank[r] = r;
+  return 0;
+}
+
+void elastic_free(elastic_t *e) {
+  free(e->launch_rank);
+  e->launch_rank = NULL;
+}
+
+int elastic_take_left(elastic_t *e) {
+  int left = e->left;
+  e->left = 0;
+  return left;
+}
+
+/* Adds the ranks of the last shrink's lost, by launch rank, to e->who. */
+static void note_lost(elastic_t *e, const int *before, int nbefore,
+                      const int *kept) {
+  size_t used = strlen(e->who);
+  for (int old = 0, k = 0; old < nbefore && used + 16 < sizeof e->who;
+       old++) {
+    if (k < e->t->nranks && kept[k] == old) {
+      k++;
+      continue;
+    }
+    used += (size_t)snprintf(e->who + used, sizeof e->who - used, "%s%d",
+                             used > 0 ? "," : "", before[old]);
+  }
+}
+
+/* One shrink and its bookkeeping: t moves onto the survivors. */
+static int shrink_once(elastic_t *e, char *err, size_t errlen) {
+  trainer_t *t = e->t;
+  int nbefore = t->nranks;
+  int *kept = malloc((size_t)nbefore * sizeof *kept);
+  int *before = malloc((size_t)nbefore * sizeof *before);
+  if (kept == NULL || before == NULL) {
+    free(kept);
+    free(before);
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  hoop_comm_t next = NULL;
+  hoop_result_t res = hoop_comm_shrink(t->comm, NULL, &next, kept);
+  if (res != HOOP_SUCCESS) {
+    snprintf(err, errlen, "hoop_comm_shrink: %s: %s", hoop_result_name(res),
+             hoop_comm_last_error(t->comm));
+    free(kept);
+    free(before);
+    return -1;
+  }
+  hoop_algo_t algo;
+  if (hoop_comm_get_algo(t->comm, &algo) == HOOP_SUCCESS)
+    hoop_comm_set_algo(next, algo);
+  hoop_comm_destroy(t->comm);
+  int rc = trainer_rejoin(t, next, err, errlen);
+  if (rc == 0) {
+    memcpy(before, e->launch_rank, (size_t)nbefore * sizeof *before);
+    for (int r = 0; r < t->nranks; r++)
+      e->launch_rank[r] = before[kept[r]];
+    e->left += nbefore - t->nranks;
+    note_lost(e, before, nbefore, kept);
+  }
+  free(kept);
+  free(before);
+  return rc;
+}
+
+/*
+ * Shrinks until the survivors share rank 0's state and *cursor (NULL: no
+ * place in an epoch to share).
+ */
+static int recover(elastic_t *e, int64_t *cursor, char *err, size_t errlen) {
+  trainer_t *t = e->t;
+  double t0 = now_s();
+  char why[1024];
+  snprintf(why, sizeof why, "%s", err);
+  for (int tries = 0; tries < SHRINK_TRIES; tries++) {
+    if (shrink_once(e, err, errlen) != 0)
+      continue;
+    hoop_result_t res = HOOP_SUCCESS;
+    if (trainer_share_state(t, err, errlen) != 0)
+      continue;
+    if (cursor != NULL)
+      res = hoop_broadcast(t->comm, cursor, cursor, 1, HOOP_I64, 0, NULL);
+    if (res != HOOP_SUCCESS) {
+      snprintf(err, errlen, "sharing the place in the epoch: %s",
+               hoop_comm_last_error(t->comm));
+      continue;
+    }
+    double took = now_s() - t0;
+    if (t->rank == 0) {
+      printf("hoop-train: rank(s) %s left; %d of %d ranks go on (recovered "
+             "in %.2f s)\n",
+             e->who, t->nranks, e->launched, took);
+      fflush(stdout);
+    }
+    e->who[0] = '\0';
+    return 0;
+  }
+  char last[1024];
+  snprintf(last, sizeof last, "%s", err);
+  snprintf(err, errlen, "%s; then going on without the lost ranks failed: %s",
+           why, last);
+  return -1;
+}
+
+int elastic_recover(elastic_t *e, char *err, size_t errlen) {
+  return recover(e, NULL, err, errlen);
+}
+
+size_t elastic_split(size_t at, size_t n, int nranks, int batch, int rank,
+                     size_t *lo, size_t *hi) {
+  size_t ranks = (size_t)nranks, most = ranks * (size_t)batch;
+  size_t step = most < n - at ? most : n - at;
+  *lo = at + step * (size_t)rank / ranks;
+  *hi = at + step * (size_t)(rank + 1) / ranks;
+  return step;
+}
+
+int elastic_train_epoch(elastic_t *e, const dataset_t *d, int epoch,
+                        int batch, uint64_t seed, double *loss_sum,
+                        long *correct, size_t *samples, char *err,
+                        size_t errlen) {
+  trainer_t *t = e->t;
+  size_t n = d->n;
+  size_t *perm = dataset_permutation(n, seed, epoch);
+  if (perm == NULL) {
+    snprintf(err, errlen, "out of memory for the epoch's order");
+    return -1;
+  }
+  int64_t cursor = 0;
+  while ((size_t)cursor < n) {
+    size_t at = (size_t)cursor, lo, hi;
+    size_t step = elastic_split(at, n, t->nranks, batch, t->rank, &lo, &hi);
+    /*
+     * The epoch's last step may have fewer samples than ranks: a rank
+     * without one takes part with a gradient scaled to nothing.  Scaled by
+     * nranks/step, the ranks' average is the mean over the step's samples.
+     */
+    int none = hi == lo;
+    float scale = none ? 0.0f : (float)t->nranks / (float)step;
+    double loss = 0.0;
+    long right = 0;
+    if (trainer_step(t, d, perm + (none ? at : lo), none ? 1 : (int)(hi - lo),
+                     scale, 1, &loss, &right, err, errlen) != 0) {
+      if (recover(e, &cursor, err, errlen) != 0) {
+        free(perm);
+        return -1;
+      }
+      continue;
+    }
+    if (!none) {
+      *loss_sum += loss;
+      *correct += right;
+      *samples += hi - lo;
+    }
+    cursor += (int64_t)step;
+  }
+  free(perm);
+  return 0;
+}

@@ -1,0 +1,62 @@
+/*
+ * hoop-train --elastic: epochs that go on when ranks are lost.  The ranks
+ * walk one permutation of the epoch's samples together, step by step, each
+ * step taking the next nranks * batch of them split evenly, so that however
+ * many ranks are left each sample is trained on once per epoch.  When a
+ * step fails because ranks died or stopped, the survivors shrink
+ * (hoop_comm_shrink), take rank 0's parameters, optimiser state and place
+ * in the epoch, and redo the step from there.
+ */
+#ifndef HOOP_TRAIN_ELASTIC_H
+#define HOOP_TRAIN_ELASTIC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dataset.h"
+#include "hoop.h"
+#include "trainer.h"
+
+typedef struct elastic {
+  trainer_t *t; /* its communicator changes with each shrink */
+  int *launch_rank; /* [t->nranks] each rank's rank when the job started */
+  int launched;     /* ranks when the job started */
+  int left;         /* ranks lost since the last elastic_take_left */
+  char who[256];    /* launch ranks lost in the recovery under way */
+} elastic_t;
+
+/* Starts tracking the ranks of t's communicator; 0, or -1 out of memory. */
+int elastic_init(elastic_t *e, trainer_t *t);
+void elastic_free(elastic_t *e);
+
+/*
+ * The step that starts at place `at` of an epoch of n samples: its size
+ * (up to nranks * batch), and rank's part of it, places [*lo, *hi), as even
+ * as the ranks allow (empty for some ranks when fewer samples are left
+ * than ranks).
+ */
+size_t elastic_split(size_t at, size_t n, int nranks, int batch, int rank,
+                     size_t *lo, size_t *hi);
+
+/*
+ * Trains epoch `epoch` (from 0) of d in steps of up to t->nranks * batch
+ * samples.  Adds this rank's summed loss, samples classified right and
+ * samples trained on.  Returns 0, or -1 with err set when the ranks could
+ * not go on (this rank was left out, or every shrink failed).
+ */
+int elastic_train_epoch(elastic_t *e, const dataset_t *d, int epoch,
+                        int batch, uint64_t seed, double *loss_sum,
+                        long *correct, size_t *samples, char *err,
+                        size_t errlen);
+
+/*
+ * After a collective on t's communicator failed outside the steps (the
+ * epoch's metrics, the evaluation): shrinks and shares rank 0's state, as
+ * a failed step does.  0, or -1 with err set.
+ */
+int elastic_recover(elastic_t *e, char *err, size_t errlen);
+
+/* How many ranks were lost since the last call. */
+int elastic_take_left(elastic_t *e);
+
+#endif
