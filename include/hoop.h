@@ -267,6 +267,35 @@ HOOP_API hoop_result_t hoop_comm_shrink(hoop_comm_t comm,
                                         const hoop_config_t *config,
                                         hoop_comm_t *newcomm, int *old_ranks);
 
+/*
+ * Lets the processes that wait to join the job (hoop_comm_join) in.
+ * Collective over comm, at a point the members choose (a step boundary):
+ * *newcomm is NULL and *joined 0 when nobody waits (then it costs one
+ * small broadcast), else a communicator of the members, in their order,
+ * then the newcomers, and *joined their number (joined may be NULL).
+ * comm stays usable either way, and when the grown communicator fails to
+ * form (a newcomer died meanwhile), this returns the error and the
+ * members go on with comm.  Rank 0 listens for newcomers at the job's
+ * address (HOOP_ROOT_ADDR, or torchrun's MASTER_ADDR and MASTER_PORT + 1)
+ * from its first call on; after a shrink, the new rank 0 listens there
+ * when the address is on its host.
+ */
+HOOP_API hoop_result_t hoop_comm_grow(hoop_comm_t comm,
+                                      const hoop_config_t *config,
+                                      hoop_comm_t *newcomm, int *joined);
+
+/*
+ * Joins a running job, as a lost rank's replacement does: dials the job's
+ * address from the environment (as hoop_comm_init_env reads it), proves
+ * the job's secret (HOOP_AUTH_TOKEN or HOOP_AUTH_TOKEN_FILE, as the
+ * members have it), and waits, up to the timeout, until the members call
+ * hoop_comm_grow.  *comm is then the job's communicator, in which this
+ * process ranks after the members.  A process without the secret is
+ * refused and never counted.
+ */
+HOOP_API hoop_result_t hoop_comm_join(hoop_comm_t *comm,
+                                      const hoop_config_t *config);
+
 HOOP_API hoop_result_t hoop_comm_rank(hoop_comm_t comm, int *rank);
 HOOP_API hoop_result_t hoop_comm_size(hoop_comm_t comm, int *nranks);
 

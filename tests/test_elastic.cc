@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -332,6 +333,211 @@ TEST(Shrink, BadArgumentsAreErrors) {
                     next == nullptr,
                 "a NULL communicator was taken");
   });
+  EXPECT_TRUE(r.all_ok()) << describe(r);
+}
+
+// A job of `members` ranks that met at HOOP_ROOT_ADDR, and processes that
+// join it: members run all-reduces and call hoop_comm_grow between them,
+// as a training loop does at its step boundaries.  Each joiner's fn gets
+// its rank among the joiners; each member's gets its rank.
+struct GrowJob {
+  int members;
+  int joiners;
+  std::function<void(RankLog &, hoop_comm_t, int)> member;
+  std::function<void(RankLog &, int)> joiner;
+};
+
+RunResult run_grow_job(const GrowJob &job) {
+  std::string addr = "127.0.0.1:" + std::to_string(free_port());
+  ScopedEnv root("HOOP_ROOT_ADDR", addr.c_str());
+  ScopedEnv timeout("HOOP_TIMEOUT_MS", "10000");
+  ScopedEnv token("HOOP_AUTH_TOKEN", kTestToken);
+  ScopedEnv size("HOOP_WORLD_SIZE", std::to_string(job.members).c_str());
+  return fork_ranks(
+      job.members + job.joiners,
+      [&job](int r) {
+        RankLog log(r);
+        if (r >= job.members) {
+          job.joiner(log, r - job.members);
+          return log.ok() ? 0 : 1;
+        }
+        setenv("HOOP_RANK", std::to_string(r).c_str(), 1);
+        hoop_comm_t comm = nullptr;
+        hoop_result_t res = hoop_comm_init_env(&comm, nullptr);
+        if (res != HOOP_SUCCESS) {
+          log.fail("init: %s: %s", hoop_result_name(res), hoop_last_error());
+          return 1;
+        }
+        job.member(log, comm, r);
+        hoop_comm_destroy(comm);
+        return log.ok() ? 0 : 1;
+      },
+      120);
+}
+
+// A process without the job's secret is refused at the door: the members
+// never count it, and its join fails saying why.
+TEST(Grow, AStrangerWithoutTheSecretCannotJoin) {
+  const int members = 2;
+  RunResult r = run_grow_job(
+      {members, 1,
+       [](RankLog &log, hoop_comm_t comm, int) {
+         std::vector<float> v(1024, 1.0f);
+         for (int i = 0; i < 60; i++) {
+           RANK_EXPECT_OK(log, comm,
+                          hoop_allreduce(comm, v.data(), v.data(), v.size(),
+                                         HOOP_F32, HOOP_SUM, nullptr));
+           hoop_comm_t next = nullptr;
+           int joined = -1;
+           RANK_EXPECT_OK(log, comm,
+                          hoop_comm_grow(comm, nullptr, &next, &joined));
+           RANK_EXPECT(log, next == nullptr && joined == 0,
+                       "a stranger was let in");
+           std::this_thread::sleep_for(std::chrono::milliseconds(25));
+         }
+       },
+       [](RankLog &log, int) {
+         setenv("HOOP_AUTH_TOKEN", "a-stranger-0123456789abcdef0123456789ab",
+                1);
+         setenv("HOOP_TIMEOUT_MS", "1500", 1);
+         hoop_comm_t comm = nullptr;
+         hoop_result_t res = hoop_comm_join(&comm, nullptr);
+         RANK_EXPECT(log, res != HOOP_SUCCESS && comm == nullptr,
+                     "the stranger joined");
+         RANK_EXPECT(log, strstr(hoop_last_error(), "secret") != nullptr ||
+                              res == HOOP_ERR_TIMEOUT || res == HOOP_ERR_REMOTE,
+                     "%s: %s", hoop_result_name(res), hoop_last_error());
+       }});
+  EXPECT_TRUE(r.all_ok()) << describe(r);
+}
+
+// The loop of an elastic job, shared by its members and newcomers: steps
+// numbered the same on every rank; a failed step shrinks the job, and each
+// step ends with a grow; after either, rank 0's step count is everyone's.
+// Returns the communicator the job ends on (`owned`: not the caller's).
+hoop_comm_t elastic_loop(RankLog &log, hoop_comm_t cur, int32_t step,
+                         int32_t total, bool *owned) {
+  std::vector<float> v(1024, 1.0f);
+  auto replace = [&](hoop_comm_t next) {
+    if (*owned)
+      hoop_comm_destroy(cur);
+    cur = next;
+    *owned = true;
+  };
+  while (step < total) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    hoop_comm_t next = nullptr;
+    if (hoop_allreduce(cur, v.data(), v.data(), v.size(), HOOP_F32, HOOP_SUM,
+                       nullptr) != HOOP_SUCCESS) {
+      for (int tries = 0; next == nullptr && tries < 3; tries++)
+        hoop_comm_shrink(cur, nullptr, &next, nullptr);
+      if (next == nullptr) {
+        log.fail("no shrink went through: %s", hoop_comm_last_error(cur));
+        return cur;
+      }
+      replace(next);
+    } else {
+      step++;
+      // A grow that fails to form leaves cur as it was.
+      if (hoop_comm_grow(cur, nullptr, &next, nullptr) != HOOP_SUCCESS ||
+          next == nullptr)
+        continue;
+      replace(next);
+    }
+    RANK_EXPECT_OK(log, cur,
+                   hoop_broadcast(cur, &step, &step, 1, HOOP_I32, 0, nullptr));
+  }
+  return cur;
+}
+
+// Who is in the job at its end (each process's id gathered), and whether
+// the job's communicator sums as a job of them would.
+void expect_job_of(RankLog &log, hoop_comm_t comm, int id,
+                   const std::vector<int> &want) {
+  int size = 0;
+  hoop_comm_size(comm, &size);
+  std::vector<int32_t> ids(size, -1);
+  int32_t mine = id;
+  RANK_EXPECT_OK(log, comm,
+                 hoop_allgather(comm, &mine, ids.data(), 1, HOOP_I32, nullptr));
+  std::vector<int> got(ids.begin(), ids.end());
+  std::sort(got.begin(), got.end());
+  RANK_EXPECT(log, got == want, "the job ends with %d processes", size);
+  if (got == want)
+    expect_survivors_sum(log, comm, std::vector<int>(ids.begin(), ids.end()),
+                         id);
+}
+
+// A newcomer killed while it joins, whenever that falls (waiting to be let
+// in, or just after): the members' grow never counts it, or fails to form
+// and leaves them their communicator, or it is in and its death is a loss
+// like any other.  Either way the job goes on and lets the next one in.
+TEST(Grow, ANewcomerKilledWhileJoiningLeavesTheJobWhole) {
+  const int members = 2, total = 300;
+  RunResult r = run_grow_job(
+      {members, 2,
+       [](RankLog &log, hoop_comm_t comm, int rank) {
+         bool owned = false;
+         hoop_comm_t end = elastic_loop(log, comm, 0, total, &owned);
+         expect_job_of(log, end, rank, {0, 1, 3});
+         if (owned)
+           hoop_comm_destroy(end);
+       },
+       [](RankLog &log, int which) {
+         if (which == 0)
+           signal_self_after(SIGKILL, 150);
+         else
+           std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+         hoop_comm_t comm = nullptr;
+         RANK_EXPECT_OK(log, nullptr, hoop_comm_join(&comm, nullptr));
+         if (comm == nullptr)
+           return;
+         int32_t step = 0;
+         RANK_EXPECT_OK(log, comm, hoop_broadcast(comm, &step, &step, 1,
+                                                  HOOP_I32, 0, nullptr));
+         bool owned = true;
+         hoop_comm_t end = elastic_loop(log, comm, step, total, &owned);
+         expect_job_of(log, end, members + which, {0, 1, 3});
+         hoop_comm_destroy(end);
+       }});
+  EXPECT_EQ(r.exit_codes[members], 128 + SIGKILL);
+  r.exit_codes[members] = 0;
+  EXPECT_TRUE(r.all_ok()) << describe(r);
+}
+
+// Newcomers dial while the members are inside their all-reduces; they are
+// let in at the members' next grows (together or one by one), ranked after
+// them, and the job's results are then those of a job of them all.
+TEST(Grow, NewcomersJoinWhileTheMembersAreInACall) {
+  const int members = 3, total = 150;
+  RunResult r = run_grow_job(
+      {members, 2,
+       [](RankLog &log, hoop_comm_t comm, int rank) {
+         bool owned = false;
+         hoop_comm_t end = elastic_loop(log, comm, 0, total, &owned);
+         int me = -1;
+         hoop_comm_rank(end, &me);
+         RANK_EXPECT(log, me == rank, "member %d is rank %d", rank, me);
+         expect_job_of(log, end, rank, {0, 1, 2, 3, 4});
+         if (owned)
+           hoop_comm_destroy(end);
+       },
+       [](RankLog &log, int which) {
+         hoop_comm_t comm = nullptr;
+         RANK_EXPECT_OK(log, nullptr, hoop_comm_join(&comm, nullptr));
+         if (comm == nullptr)
+           return;
+         int me = -1;
+         hoop_comm_rank(comm, &me);
+         RANK_EXPECT(log, me >= members, "a newcomer is rank %d", me);
+         int32_t step = 0;
+         RANK_EXPECT_OK(log, comm, hoop_broadcast(comm, &step, &step, 1,
+                                                  HOOP_I32, 0, nullptr));
+         bool owned = true;
+         hoop_comm_t end = elastic_loop(log, comm, step, total, &owned);
+         expect_job_of(log, end, members + which, {0, 1, 2, 3, 4});
+         hoop_comm_destroy(end);
+       }});
   EXPECT_TRUE(r.all_ok()) << describe(r);
 }
 

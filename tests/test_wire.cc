@@ -186,6 +186,40 @@ TEST(Wire, HandshakeRanksAndChannelAreBounded) {
         [](hoop_handshake &h) { h.kind = HOOP_NOTICE_EXCLUDED; }}});
 }
 
+bool join_reply_ok(const hoop_join_reply &r) {
+  hoop_join_reply out;
+  char why[200];
+  return hoop__join_reply_parse(&r, sizeof r, 64, &out, why, sizeof why);
+}
+
+TEST(Wire, JoinReplyPlacesTheNewcomerAfterAMember) {
+  hoop_join_reply good{};
+  good.status = HOOP_SUCCESS;
+  good.nranks = 4;
+  good.rank = 3;
+  hoop_join_reply refused{};
+  refused.status = HOOP_ERR_MISMATCH;
+  EXPECT_TRUE(join_reply_ok(refused));
+  expect_each_refused<hoop_join_reply>(
+      good, join_reply_ok,
+      {{"status past the last result",
+        [](hoop_join_reply &r) { r.status = HOOP_ERR_INTERNAL + 1; }},
+       {"negative status", [](hoop_join_reply &r) { r.status = -1; }},
+       {"rank 0, a member's", [](hoop_join_reply &r) { r.rank = 0; }},
+       {"rank = size", [](hoop_join_reply &r) { r.rank = 4; }},
+       {"one rank", [](hoop_join_reply &r) { r.nranks = 1; }},
+       {"more ranks than allowed", [](hoop_join_reply &r) { r.nranks = 65; }}});
+  hoop_join_reply shown = good, out;
+  memset(shown.message, '\a', sizeof shown.message);
+  char why[200];
+  ASSERT_TRUE(hoop__join_reply_parse(&shown, sizeof shown, 64, &out, why,
+                                     sizeof why));
+  EXPECT_EQ(out.message[0], '?');
+  EXPECT_EQ(out.message[sizeof out.message - 1], '\0');
+  EXPECT_FALSE(hoop__join_reply_parse(&good, sizeof good - 1, 64, &out, why,
+                                      sizeof why));
+}
+
 TEST(Wire, NoticeTextEndsAndShowsNoControlCharacters) {
   char text[HOOP_NOTICE_BYTES], reason[64];
   memset(text, 'r', sizeof text);

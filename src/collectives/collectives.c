@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "collectives/algorithms.h"
 #include "collectives/collectives.h"
@@ -487,6 +488,102 @@ hoop_result_t hoop_comm_shrink(hoop_comm_t comm, const hoop_config_t *config,
                     "hoop_comm_shrink: a survivor was lost while the others "
                     "formed their communicator (call it again to go on "
                     "without it): %s",
+                    why);
+}
+
+/* The most newcomers one hoop_comm_grow admits; later ones wait for the
+   next. */
+#define GROW_MAX 64
+
+/* What rank 0 tells the members in a grow. */
+struct grow_offer {
+  int32_t count; /* newcomers admitted */
+  int32_t reserved;
+  hoop_unique_id_t id;
+};
+
+/*
+ * Forms the communicator of members and newcomers; on any failure the
+ * members go on with `comm`, which the grow has not touched.
+ */
+static hoop_result_t form_grown(hoop_comm_t comm, const hoop_config_t *config,
+                                const struct grow_offer *offer,
+                                hoop_comm_t *newcomm) {
+  int n = 0, rank = 0;
+  hoop_comm_size(comm, &n);
+  hoop_comm_rank(comm, &rank);
+  hoop_result_t res = hoop__comm_create(newcomm, n + offer->count, rank,
+                                        &offer->id, config);
+  if (res == HOOP_SUCCESS) {
+    res = hoop_barrier(*newcomm);
+    if (res != HOOP_SUCCESS) {
+      hoop_comm_destroy(*newcomm);
+      *newcomm = NULL;
+    }
+  }
+  if (res == HOOP_SUCCESS) {
+    hoop__comm_pass_joins(comm, *newcomm);
+    return HOOP_SUCCESS;
+  }
+  char why[HOOP_ERROR_MAX];
+  snprintf(why, sizeof why, "%s", hoop_last_error());
+  return HOOP_ERROR(comm, res,
+                    "hoop_comm_grow: the communicator with %d newcomer(s) "
+                    "did not form (this one goes on as it was): %s",
+                    offer->count, why);
+}
+
+hoop_result_t hoop_comm_grow(hoop_comm_t comm, const hoop_config_t *config,
+                             hoop_comm_t *newcomm, int *joined) {
+  if (newcomm == NULL)
+    return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
+                      "hoop_comm_grow: newcomm is NULL");
+  *newcomm = NULL;
+  if (joined != NULL)
+    *joined = 0;
+  HOOP_CHECK(hoop__comm_enter(comm, "hoop_comm_grow"));
+  int fds[GROW_MAX], count = 0;
+  hoop_result_t res = hoop__comm_take_joiners(comm, fds, GROW_MAX, &count);
+  hoop__comm_leave(comm);
+  struct grow_offer offer = {.count = count};
+  if (res == HOOP_SUCCESS && count > 0)
+    res = hoop__comm_successor_id(comm, &offer.id);
+  if (res != HOOP_SUCCESS)
+    offer.count = 0;
+  /* Every member takes part, so that all of them learn the outcome. */
+  hoop_result_t said = hoop_broadcast(comm, &offer, &offer, sizeof offer,
+                                      HOOP_U8, 0, NULL);
+  if (said != HOOP_SUCCESS || offer.count == 0) {
+    for (int i = 0; i < count; i++)
+      close(fds[i]);
+    return said != HOOP_SUCCESS ? said : res;
+  }
+  int n = 0;
+  hoop_comm_size(comm, &n);
+  for (int i = 0; i < count; i++)
+    hoop__comm_answer_joiner(fds[i], &offer.id, n + offer.count, n + i);
+  HOOP_CHECK(form_grown(comm, config, &offer, newcomm));
+  if (joined != NULL)
+    *joined = offer.count;
+  return HOOP_SUCCESS;
+}
+
+hoop_result_t hoop_comm_join(hoop_comm_t *comm, const hoop_config_t *config) {
+  if (comm == NULL)
+    return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
+                      "hoop_comm_join: comm is NULL");
+  HOOP_CHECK(hoop__comm_join(config, comm));
+  /* The members' check that their grown communicator formed everywhere. */
+  hoop_result_t res = hoop_barrier(*comm);
+  if (res == HOOP_SUCCESS)
+    return HOOP_SUCCESS;
+  char why[HOOP_ERROR_MAX];
+  snprintf(why, sizeof why, "%s", hoop_comm_last_error(*comm));
+  hoop_comm_destroy(*comm);
+  *comm = NULL;
+  return HOOP_ERROR(NULL, res,
+                    "hoop_comm_join: the job's communicator with this "
+                    "process did not form: %s",
                     why);
 }
 

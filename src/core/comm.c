@@ -201,6 +201,7 @@ static void comm_free(struct hoop_comm *comm) {
   }
   hoop__comm_drop_pending(comm);
   hoop__listener_close(&comm->listener);
+  hoop__listener_close(&comm->joins);
   free(comm->conns);
   free(comm->peers);
   free(comm->host_index);
@@ -313,6 +314,7 @@ hoop_result_t hoop__comm_create(struct hoop_comm **out, int nranks, int rank,
     return HOOP_ERROR(NULL, HOOP_ERR_NO_MEMORY, "communicator");
   pthread_mutex_init(&comm->state_lock, NULL);
   comm->listener.fd = -1;
+  comm->joins.fd = -1;
   comm->rank = rank;
   comm->nranks = nranks;
   HOOP_CHECK_GOTO(apply_config(comm, config), res, out_free);
@@ -401,6 +403,20 @@ hoop_result_t hoop__unique_id(const struct hoop_iface *iface,
   HOOP_CHECK(hoop__auth_random(&key, sizeof key));
   struct hoop_uid uid;
   HOOP_CHECK(hoop__uid_create(&root, comm_id, &key, &uid));
+  memset(id, 0, sizeof *id);
+  memcpy(id->internal, &uid, sizeof uid);
+  return HOOP_SUCCESS;
+}
+
+hoop_result_t hoop__comm_successor_id(struct hoop_comm *comm,
+                                      hoop_unique_id_t *id) {
+  struct hoop_addr root = comm->listener.addr;
+  root.port = 0;
+  uint64_t comm_id = 0;
+  while (comm_id == 0)
+    HOOP_CHECK(hoop__auth_random(&comm_id, sizeof comm_id));
+  struct hoop_uid uid;
+  HOOP_CHECK(hoop__uid_create(&root, comm_id, &comm->auth_key, &uid));
   memset(id, 0, sizeof *id);
   memcpy(id->internal, &uid, sizeof uid);
   return HOOP_SUCCESS;

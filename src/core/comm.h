@@ -164,6 +164,12 @@ struct hoop_comm {
   bool excluded;
   bool decided;
   hoop_unique_id_t next_id;
+  /*
+   * Rank 0's listener for processes that join the running job (join.c),
+   * opened by the first hoop_comm_grow; fd -1 when none could be.
+   */
+  struct hoop_listener joins;
+  bool join_tried;
 
   char last_error[HOOP_ERROR_MAX];
   char broken_reason[HOOP_ERROR_MAX]; /* the error that broke it */
@@ -396,6 +402,52 @@ hoop_result_t hoop__unique_id(const struct hoop_iface *iface,
 hoop_result_t hoop__comm_shrink(struct hoop_comm *comm,
                                 const hoop_config_t *config,
                                 struct hoop_comm **newcomm, int *old_ranks);
+
+/*
+ * An id for the communicator that follows this one (after a shrink or a
+ * grow): this rank as its rank 0, at this rank's address, with the job's
+ * key, so that the secret stays the job's.
+ */
+hoop_result_t hoop__comm_successor_id(struct hoop_comm *comm,
+                                      hoop_unique_id_t *id);
+
+/* ---- joining a running job (join.c) ------------------------------------ */
+
+/*
+ * On rank 0: the processes that have dialled the job's address and proved
+ * its secret since the last call, up to max; their sockets in fds.
+ * Elsewhere none.  The first call opens the listener.
+ */
+hoop_result_t hoop__comm_take_joiners(struct hoop_comm *comm, int *fds,
+                                      int max, int *count);
+
+/*
+ * Hands the listener for newcomers on to the communicator that follows
+ * `from` (after a shrink or a grow) when this process is its rank 0: the
+ * address can be bound only once, and `from` lives until its owner
+ * destroys it.
+ */
+void hoop__comm_pass_joins(struct hoop_comm *from, struct hoop_comm *to);
+
+/* Tells a joiner its place in communicator `id`, and closes fd; false
+   when it has gone. */
+bool hoop__comm_answer_joiner(int fd, const hoop_unique_id_t *id, int nranks,
+                              int rank);
+
+/*
+ * A newcomer's side: dials the job's address, proves its secret, waits to
+ * be admitted and joins the communicator it is given, short of the check
+ * that it formed everywhere (collectives.c).
+ */
+hoop_result_t hoop__comm_join(const hoop_config_t *config,
+                              struct hoop_comm **out);
+
+/*
+ * The job's address and secret from the environment, as
+ * hoop_comm_init_env reads them (env.c).
+ */
+hoop_result_t hoop__job_address(struct hoop_addr *addr,
+                                struct hoop_auth_key *key);
 
 /* Joins a communicator: bootstrap, then the ring neighbours' connections. */
 hoop_result_t hoop__comm_create(struct hoop_comm **out, int nranks, int rank,

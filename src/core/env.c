@@ -313,6 +313,19 @@ static hoop_result_t wait_for_id(const char *path, int timeout_ms,
   }
 }
 
+hoop_result_t hoop__job_address(struct hoop_addr *addr,
+                                struct hoop_auth_key *key) {
+  struct launch_env le = {0};
+  HOOP_CHECK(read_root(&le));
+  if (le.root_addr[0] == '\0')
+    return HOOP_ERROR(NULL, HOOP_ERR_INVALID_USAGE,
+                      "joining a running job needs its address: set "
+                      "HOOP_ROOT_ADDR=host:port (or MASTER_ADDR and "
+                      "MASTER_PORT) as for hoop_comm_init_env");
+  HOOP_CHECK(hoop__addr_parse(le.root_addr, addr));
+  return read_secret(key);
+}
+
 hoop_result_t hoop_comm_init_env(hoop_comm_t *comm,
                                  const hoop_config_t *config) {
   if (comm == NULL)

@@ -27,7 +27,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/bootstrap.h"
 #include "core/comm.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -156,20 +155,6 @@ static void list_undecided(const struct shrink *s, char *buf, size_t len) {
   }
 }
 
-/* The coordinator's id for the survivors: this host, the job's key. */
-static hoop_result_t make_next_id(struct hoop_comm *comm) {
-  struct hoop_addr root = comm->listener.addr;
-  root.port = 0;
-  uint64_t comm_id = 0;
-  while (comm_id == 0)
-    HOOP_CHECK(hoop__auth_random(&comm_id, sizeof comm_id));
-  struct hoop_uid uid;
-  HOOP_CHECK(hoop__uid_create(&root, comm_id, &comm->auth_key, &uid));
-  memset(&comm->next_id, 0, sizeof comm->next_id);
-  memcpy(comm->next_id.internal, &uid, sizeof uid);
-  return HOOP_SUCCESS;
-}
-
 /*
  * The coordinator's last step in the old communicator: every survivor
  * fetches the decision from its answers before it stops answering.
@@ -249,7 +234,7 @@ static hoop_result_t agree(struct shrink *s) {
     if (now > s->patience)
       lose_the_absent(s);
     if (lowest_kept(comm) == comm->rank && all_agree(s)) {
-      HOOP_CHECK(make_next_id(comm));
+      HOOP_CHECK(hoop__comm_successor_id(comm, &comm->next_id));
       comm->decided = true;
       return HOOP_SUCCESS;
     }
@@ -305,6 +290,8 @@ static hoop_result_t shrink(struct shrink *s, const hoop_config_t *config,
             comm->rank, kept, comm->nranks, newrank);
   hoop_result_t res =
       hoop__comm_create(newcomm, kept, newrank, &comm->next_id, config);
+  if (res == HOOP_SUCCESS)
+    hoop__comm_pass_joins(comm, *newcomm);
   if (res != HOOP_SUCCESS) {
     char why[HOOP_ERROR_MAX];
     snprintf(why, sizeof why, "%s", hoop_last_error());

@@ -156,6 +156,26 @@ bool hoop__handshake_parse(const void *bytes, size_t len, int32_t nranks,
   return true;
 }
 
+bool hoop__join_reply_parse(const void *bytes, size_t len, int32_t max_ranks,
+                            struct hoop_join_reply *out, char *why,
+                            size_t why_len) {
+  struct hoop_join_reply r;
+  if (!take(&r, sizeof r, bytes, len, "a join reply", why, why_len))
+    return false;
+  if (r.status < HOOP_SUCCESS || r.status > HOOP_ERR_INTERNAL)
+    return refuse(why, why_len, "a join reply with status %d", r.status);
+  if (r.status == HOOP_SUCCESS &&
+      (r.nranks < 2 || r.nranks > max_ranks || r.rank < 1 ||
+       r.rank >= r.nranks))
+    return refuse(why, why_len, "a join reply placing it as rank %d of %d",
+                  r.rank, r.nranks);
+  char message[sizeof r.message];
+  copy_text(message, sizeof message, r.message, sizeof r.message);
+  memcpy(r.message, message, sizeof message);
+  *out = r;
+  return true;
+}
+
 void hoop__notice_parse(const void *bytes, size_t len, char *reason,
                         size_t cap) {
   copy_text(reason, cap, bytes, len);

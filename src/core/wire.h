@@ -73,8 +73,23 @@ struct hoop_handshake {
 #define HOOP_NOTICE_EXCLUDED 1
 /* A stalled rank asking where this one is: a whereabouts answers. */
 #define HOOP_QUERY_CHANNEL (-2)
-/* A rank joining through rank 0: its hello follows the proof. */
+/* A rank joining through rank 0: its hello follows the proof.  Also a
+   process joining a running job (join.c), which sends nothing more. */
 #define HOOP_RENDEZVOUS_CHANNEL (-3)
+
+/*
+ * The members' answer to a process that joins a running job (join.c):
+ * HOOP_SUCCESS and the id of the communicator it joins as `rank` of
+ * `nranks`; or why not.
+ */
+struct hoop_join_reply {
+  int32_t status; /* hoop_result_t */
+  int32_t nranks;
+  int32_t rank;
+  int32_t reserved;
+  char message[256];
+  unsigned char id[HOOP_UNIQUE_ID_BYTES];
+};
 
 /* The acceptor's answer to a handshake. */
 struct hoop_auth_challenge {
@@ -207,6 +222,15 @@ bool hoop__handshake_parse(const void *bytes, size_t len, int32_t nranks,
  */
 void hoop__notice_parse(const void *bytes, size_t len, char *reason,
                         size_t cap);
+
+/*
+ * A join reply: a status that is a result code, and with success
+ * 2 <= nranks <= max_ranks and 1 <= rank < nranks; a message that ends
+ * within its field (control characters made '?').
+ */
+bool hoop__join_reply_parse(const void *bytes, size_t len, int32_t max_ranks,
+                            struct hoop_join_reply *out, char *why,
+                            size_t why_len);
 
 /*
  * A whereabouts from one of `nranks` ranks: a state that exists, a
