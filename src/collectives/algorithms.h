@@ -59,13 +59,28 @@ void hoop__tree_allreduce_load(int nranks, int *max_sent, int *max_reduced);
 
 /*
  * The same all-reduce across hosts that share one link each
- * (host_index[r]: rank r's host, from 0 to hosts - 1): the most
- * half-buffers that one host's ranks send to other hosts (as many come
- * back), or -1 when out of memory.  The trees are laid out by rank, so
- * ranks of one host share their host's link with their other-host edges.
+ * (host_index[r]: rank r's host, from 0 to hosts - 1).  The trees are laid
+ * out by rank, so ranks of one host share their host's link with their
+ * other-host edges.  For the cost model, from the trees' shape:
  */
-int hoop__tree_allreduce_host_load(int nranks, const int *host_index,
-                                    int hosts);
+struct hoop_tree_hosts {
+  /* The most half-buffers one host's ranks send to other hosts (as many
+   * come back). */
+  int halves;
+  /* The most edges between hosts on one tree's path from a rank up to
+   * its root: the hops a slice waits on the network, each way. */
+  int crossings;
+  /* The most, on such a path, of what its edges between hosts carry
+   * together: for each, the edges from other hosts into its lower end's
+   * host at as many crossings from the root (those ranks get their slices
+   * off the network at once).  Slices the host links carry while one
+   * slice goes the length of the path. */
+  int path_load;
+};
+
+/* Fills `out`; 0, or -1 when out of memory. */
+int hoop__tree_allreduce_hosts(int nranks, const int *host_index, int hosts,
+                               struct hoop_tree_hosts *out);
 
 /*
  * Parameter server (root = call->root): allreduce, in pieces of at most

@@ -146,6 +146,23 @@ static double host_bytes(const struct hoop_comm *comm, hoop_coll_t coll,
  * rank off the root's host.  hoop-sim showed the need: on 8-64 hosts of 8
  * ranks this model picked the tree where the ring was 8 to 15 times
  * faster (bench/results/2026-11-28-hoop-sim.md).
+ *
+ * The trees' busiest host link is not their time either: a half-buffer
+ * goes in slices (slice_bytes), and the first must go up its tree and
+ * back down before the last one is done, crossing host links each of
+ * which it shares with a slice of every rank that its host gets off the
+ * network at the same time (a host's ranks sit together in the heap).  So
+ * the first slice comes back after twice its path's load in slices
+ * (hoop__tree_allreduce_hosts), the others follow at the busiest link's
+ * rate, and of its hops only the crossings pay the network's latency (as
+ * the ring's).  Priced by the busiest link alone, 1 MiB on 512 hosts of 8
+ * (2 slices a half) went to the tree, which hoop-sim ran in 41.9 ms, the
+ * ring in 28.0; and 4 KiB on 8 hosts of 8 to the server at 407 us, the
+ * tree's 198.5 being priced 298 with all 12 hops at the network's
+ * latency.  Now the model is within 0.91-1.12x of hoop-sim's tree up to
+ * 1 MiB on 2-64 hosts of 2-8 ranks and 512 of 8.  Past that it can be
+ * low (0.61x at 64 MiB on 64 hosts of 8), where the ring is 15 times
+ * faster anyway (bench/results/2026-11-29-auto-tree.md).
  */
 static void shared_links(const struct hoop_comm *comm, hoop_algo_t algo,
                          double k, double *hops_out, double *bytes_out) {
@@ -155,9 +172,16 @@ static void shared_links(const struct hoop_comm *comm, hoop_algo_t algo,
   if (algo == HOOP_ALGO_RING) {
     *hops_out = *hops_out * hosts / n;
   } else if (algo == HOOP_ALGO_TREE) {
-    int halves = hoop__tree_allreduce_host_load(n, comm->host_index, hosts);
-    if (halves >= 0)
-      *bytes_out = halves * k / 2 / TREE_LINK_EFFICIENCY;
+    struct hoop_tree_hosts t;
+    if (hoop__tree_allreduce_hosts(n, comm->host_index, hosts, &t) == 0) {
+      double half = k / 2;
+      double slice = (double)comm->slice_bytes < half
+                         ? (double)comm->slice_bytes
+                         : half;
+      *hops_out = 2 * t.crossings;
+      *bytes_out = (t.halves * (half - slice) + 2 * t.path_load * slice) /
+                   TREE_LINK_EFFICIENCY;
+    }
   } else if (algo == HOOP_ALGO_PS) {
     int with_root = 0;
     for (int r = 0; r < n; r++)

@@ -55,26 +55,72 @@ void hoop__tree_allreduce_load(int nranks, int *max_sent, int *max_reduced) {
   }
 }
 
-int hoop__tree_allreduce_host_load(int nranks, const int *host_index,
-                                    int hosts) {
-  int *out = calloc((size_t)hosts, sizeof *out);
-  if (out == NULL)
+int hoop__tree_allreduce_hosts(int nranks, const int *host_index, int hosts,
+                               struct hoop_tree_hosts *out) {
+  int depth = 0; /* of the deepest heap position, N - 1 */
+  while ((2 << depth) <= nranks)
+    depth++;
+  size_t stride = (size_t)depth + 1;
+  int *sent = calloc((size_t)hosts, sizeof *sent);
+  /* [host][crossings]: edges into the host's ranks that many crossings
+   * below the root. */
+  int *arrive = malloc(sizeof *arrive * (size_t)hosts * stride);
+  /* Per heap position: its path up to the root. */
+  struct path {
+    int crossings, load;
+  } *path = malloc(sizeof *path * (size_t)nranks);
+  *out = (struct hoop_tree_hosts){0};
+  if (sent == NULL || arrive == NULL || path == NULL) {
+    free(sent);
+    free(arrive);
+    free(path);
     return -1;
-  int most = 0;
+  }
   for (int r = 0; r < nranks; r++) {
     for (int tree = 0; tree < 2; tree++) {
       struct tree_node nd = heap_node(
           nranks, tree == 0 ? r : nranks - 1 - r,
           tree == 0 ? rank_direct : rank_mirror, 0);
       int h = host_index[r];
-      out[h] += nd.parent >= 0 && host_index[nd.parent] != h;
+      sent[h] += nd.parent >= 0 && host_index[nd.parent] != h;
       for (int c = 0; c < nd.nchildren; c++)
-        out[h] += host_index[nd.children[c]] != h;
-      most = out[h] > most ? out[h] : most;
+        sent[h] += host_index[nd.children[c]] != h;
+      out->halves = sent[h] > out->halves ? sent[h] : out->halves;
     }
   }
-  free(out);
-  return most;
+  /*
+   * A host's ranks as many crossings below the root get their slices off
+   * the network together (the hops inside the host are quick next to it),
+   * so each edge between hosts is loaded with all of those edges into its
+   * lower end's host; a path's load sums its edges'.  Heap positions come
+   * after their parents.
+   */
+  for (int tree = 0; tree < 2; tree++) {
+    int (*rank_at)(int, int, int) = tree == 0 ? rank_direct : rank_mirror;
+    memset(arrive, 0, sizeof *arrive * (size_t)hosts * stride);
+    path[0] = (struct path){0, 0};
+    for (int p = 1; p < nranks; p++) {
+      int h = host_index[rank_at(nranks, p, 0)];
+      int cross = host_index[rank_at(nranks, (p - 1) / 2, 0)] != h;
+      path[p].crossings = path[(p - 1) / 2].crossings + cross;
+      arrive[(size_t)h * stride + (size_t)path[p].crossings] += cross;
+    }
+    for (int p = 1; p < nranks; p++) {
+      int h = host_index[rank_at(nranks, p, 0)];
+      int cross = host_index[rank_at(nranks, (p - 1) / 2, 0)] != h;
+      path[p].load =
+          path[(p - 1) / 2].load +
+          (cross ? arrive[(size_t)h * stride + (size_t)path[p].crossings] : 0);
+      if (path[p].crossings > out->crossings)
+        out->crossings = path[p].crossings;
+      if (path[p].load > out->path_load)
+        out->path_load = path[p].load;
+    }
+  }
+  free(sent);
+  free(arrive);
+  free(path);
+  return 0;
 }
 
 struct tree_part {
