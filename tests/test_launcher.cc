@@ -519,6 +519,27 @@ TEST(Launcher, ElasticJobsGoOnWhenARankFails) {
   EXPECT_TRUE(code == 4 || code == 5) << none.err;
 }
 
+// --respawn starts a failed rank again, as the same rank with HOOP_JOIN=1,
+// as many times in all as it says.
+TEST(Launcher, RespawnStartsReplacementsThatJoin) {
+  const char script[] =
+      "if [ $HOOP_RANK = 1 ]; then echo join=${HOOP_JOIN:-0}; exit 3; fi; "
+      "sleep 1; echo done";
+  Launch job(ShArgs(script, 3, {"--elastic", "--respawn", "2"}));
+  EXPECT_EQ(job.Wait(), 0) << job.err;
+  EXPECT_NE(job.out.find("[1] join=0"), std::string::npos) << job.out;
+  size_t first = job.out.find("[1] join=1");
+  ASSERT_NE(first, std::string::npos) << job.out;
+  EXPECT_NE(job.out.find("[1] join=1", first + 1), std::string::npos)
+      << job.out;
+  EXPECT_NE(job.err.find("(2 of --respawn 2)"), std::string::npos) << job.err;
+  EXPECT_EQ(job.err.find("(3 of --respawn 2)"), std::string::npos) << job.err;
+  Launch bad(ShArgs("true", 2, {"--respawn", "1"}));
+  EXPECT_EQ(bad.Wait(), 2) << bad.err;
+  EXPECT_NE(bad.err.find("--respawn needs --elastic"), std::string::npos)
+      << bad.err;
+}
+
 TEST(Launcher, RankKilledBySignalGives128PlusTheSignal) {
   const char script[] =
       "if [ $HOOP_RANK = 0 ]; then kill -9 $$; fi; exec sleep 30";

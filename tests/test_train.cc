@@ -1106,9 +1106,47 @@ TEST(HoopTrain, LearnsFashionMnistOnTwoRanks) {
   EXPECT_EQ(row["bytes_sent_per_step"], "796840") << slurp(dir + "/m.csv");
   EXPECT_EQ(row["model_bytes_per_step"], "796840") << slurp(dir + "/m.csv");
   EXPECT_EQ(row["algo"], "ring");
-  EXPECT_EQ(row.size(), 18u) << slurp(dir + "/m.csv");
+  EXPECT_EQ(row.size(), 19u) << slurp(dir + "/m.csv");
   EXPECT_EQ(row["ranks"], "2");
   EXPECT_EQ(row["ranks_left"], "0");
+  EXPECT_EQ(row["ranks_joined"], "0");
+}
+
+// The sum over a --metrics CSV's rows of one column.
+int column_sum(const std::string &csv, const std::string &name) {
+  std::istringstream in(csv);
+  std::string header, line;
+  std::getline(in, header);
+  std::vector<std::string> names;
+  std::istringstream hs(header);
+  for (std::string n; std::getline(hs, n, ',');)
+    names.push_back(n);
+  int sum = 0;
+  while (std::getline(in, line)) {
+    std::istringstream ls(line);
+    std::string v;
+    for (size_t i = 0; std::getline(ls, v, ','); i++)
+      if (i < names.size() && names[i] == name)
+        sum += std::stoi(v);
+  }
+  return sum;
+}
+
+// Four ranks under hoop-run --elastic (with `respawn` replacements); rank
+// 2 is killed as the first epoch ends.  Returns the run's output; the
+// metrics are in dir/m.csv.
+std::string elastic_run(const std::string &dir, int respawn) {
+  std::string script =
+      kRun + " --elastic --respawn " + std::to_string(respawn) + " -n 4 " +
+      kTrain +
+      " --elastic --quiet --epochs 3 --train-limit 30000 --test-limit 5000"
+      " --metrics " + dir + "/m.csv > " + dir + "/out 2>&1 & run=$!; "
+      "for i in $(seq 600); do grep -q 'epoch 1/3' " + dir + "/out && break;"
+      " sleep 0.05; done; kill -9 $(pgrep -P $run | sed -n 3p); wait $run; "
+      "echo status $?; cat " + dir + "/out";
+  write_file(dir + "/run.sh", std::vector<uint8_t>(script.begin(), script.end()),
+             false);
+  return run_shell("bash " + dir + "/run.sh").text;
 }
 
 // Killed as its first epoch ends, a rank of four is left out; the others
@@ -1119,35 +1157,44 @@ TEST(HoopTrain, ElasticGoesOnWithoutAKilledRank) {
     GTEST_SKIP() << "Fashion-MNIST is not installed (apt-get install "
                     "dataset-fashion-mnist)";
   std::string dir = temp_dir();
-  std::string script =
-      kRun + " --elastic -n 4 " + kTrain +
-      " --elastic --quiet --epochs 3 --train-limit 30000 --test-limit 5000"
-      " --metrics " + dir + "/m.csv > " + dir + "/out 2>&1 & run=$!; "
-      "for i in $(seq 600); do grep -q 'epoch 1/3' " + dir + "/out && break;"
-      " sleep 0.05; done; kill -9 $(pgrep -P $run | sed -n 3p); wait $run; "
-      "echo status $?; cat " + dir + "/out";
-  write_file(dir + "/run.sh", std::vector<uint8_t>(script.begin(), script.end()),
-             false);
-  ShellOutput r = run_shell("bash " + dir + "/run.sh");
-  EXPECT_NE(r.text.find("status 0"), std::string::npos) << r.text;
-  EXPECT_NE(r.text.find("the other ranks go on (--elastic)"),
-            std::string::npos) << r.text;
+  std::string text = elastic_run(dir, 0);
+  EXPECT_NE(text.find("status 0"), std::string::npos) << text;
+  EXPECT_NE(text.find("the other ranks go on (--elastic)"), std::string::npos)
+      << text;
   EXPECT_TRUE(std::regex_search(
-      r.text, std::regex(R"(rank\(s\) 2 left; 3 of 4 ranks go on )"
-                         R"(\(recovered in \d+\.\d\d s\))")))
-      << r.text;
-  std::map<std::string, std::string> row = last_metrics(dir + "/m.csv");
-  EXPECT_EQ(row["epoch"], "3") << slurp(dir + "/m.csv");
-  EXPECT_EQ(row["ranks"], "3") << slurp(dir + "/m.csv");
-  EXPECT_GT(last_test_accuracy(dir + "/m.csv"), 0.75) << slurp(dir + "/m.csv");
+      text, std::regex(R"(rank\(s\) 2 left; 3 of 4 ranks go on )"
+                       R"(\(recovered in \d+\.\d\d s\))")))
+      << text;
   std::string csv = slurp(dir + "/m.csv");
-  int lost = 0;
-  std::istringstream in(csv);
-  std::string line;
-  std::getline(in, line);
-  while (std::getline(in, line))
-    lost += std::stoi(line.substr(line.rfind(',') + 1));
-  EXPECT_EQ(lost, 1) << csv;
+  std::map<std::string, std::string> row = last_metrics(dir + "/m.csv");
+  EXPECT_EQ(row["epoch"], "3") << csv;
+  EXPECT_EQ(row["ranks"], "3") << csv;
+  EXPECT_GT(last_test_accuracy(dir + "/m.csv"), 0.75) << csv;
+  EXPECT_EQ(column_sum(csv, "ranks_left"), 1) << csv;
+  EXPECT_EQ(column_sum(csv, "ranks_joined"), 0) << csv;
+}
+
+// With hoop-run --respawn the killed rank's replacement joins the running
+// job at a step boundary, takes the members' state and place, and the job
+// ends on four ranks again.
+TEST(HoopTrain, ElasticReplacementJoinsTheRunningJob) {
+  if (access((kFashion + "/train-images-idx3-ubyte.gz").c_str(), R_OK) != 0)
+    GTEST_SKIP() << "Fashion-MNIST is not installed (apt-get install "
+                    "dataset-fashion-mnist)";
+  std::string dir = temp_dir();
+  std::string text = elastic_run(dir, 1);
+  EXPECT_NE(text.find("status 0"), std::string::npos) << text;
+  EXPECT_NE(text.find("started a replacement for rank 2"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("1 rank(s) joined; 4 ranks go on"), std::string::npos)
+      << text;
+  std::string csv = slurp(dir + "/m.csv");
+  std::map<std::string, std::string> row = last_metrics(dir + "/m.csv");
+  EXPECT_EQ(row["epoch"], "3") << csv;
+  EXPECT_EQ(row["ranks"], "4") << csv;
+  EXPECT_GT(last_test_accuracy(dir + "/m.csv"), 0.75) << csv;
+  EXPECT_EQ(column_sum(csv, "ranks_left"), 1) << csv;
+  EXPECT_EQ(column_sum(csv, "ranks_joined"), 1) << csv;
 }
 
 TEST(HoopTrain, CnnLearnsFashionMnistOnTwoRanks) {

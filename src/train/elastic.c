@@ -12,6 +12,14 @@
  */
 #define SHRINK_TRIES 4
 
+/*
+ * Optimiser steps between the members' looks for newcomers: a look is a
+ * small broadcast, about a tenth of an MLP step's all-reduce here, and
+ * every 16 steps (some 50 ms) is soon enough for one that took seconds
+ * to start.
+ */
+#define GROW_EVERY 16
+
 static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -35,10 +43,10 @@ void elastic_free(elastic_t *e) {
   e->launch_rank = NULL;
 }
 
-int elastic_take_left(elastic_t *e) {
-  int left = e->left;
-  e->left = 0;
-  return left;
+void elastic_take_changes(elastic_t *e, int *left, int *joined) {
+  *left = e->left;
+  *joined = e->joined;
+  e->left = e->joined = 0;
 }
 
 /* Adds the ranks of the last shrink's lost, by launch rank, to e->who. */
@@ -137,6 +145,76 @@ int elastic_recover(elastic_t *e, char *err, size_t errlen) {
   return recover(e, NULL, err, errlen);
 }
 
+/* Rank 0's state and place in the epochs, to every rank of t's. */
+static int share_place(trainer_t *t, int64_t place[2], char *err,
+                       size_t errlen) {
+  if (trainer_share_state(t, err, errlen) != 0)
+    return -1;
+  hoop_result_t res =
+      hoop_broadcast(t->comm, place, place, 2, HOOP_I64, 0, NULL);
+  if (res == HOOP_SUCCESS)
+    return 0;
+  snprintf(err, errlen, "sharing the place in the epochs: %s: %s",
+           hoop_result_name(res), hoop_comm_last_error(t->comm));
+  return -1;
+}
+
+/*
+ * The members' look for newcomers.  With some, t moves onto the grown
+ * communicator and they get the state.  0, or -1 with err set.
+ */
+static int let_in(elastic_t *e, int epoch, int64_t cursor, char *err,
+                  size_t errlen) {
+  trainer_t *t = e->t;
+  hoop_comm_t next = NULL;
+  int joined = 0;
+  hoop_result_t res = hoop_comm_grow(t->comm, NULL, &next, &joined);
+  if (res != HOOP_SUCCESS) {
+    snprintf(err, errlen, "hoop_comm_grow: %s: %s", hoop_result_name(res),
+             hoop_comm_last_error(t->comm));
+    return -1;
+  }
+  if (next == NULL)
+    return 0;
+  int *ranks = realloc(e->launch_rank,
+                       (size_t)(t->nranks + joined) * sizeof *ranks);
+  if (ranks == NULL) {
+    hoop_comm_destroy(next);
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  e->launch_rank = ranks;
+  for (int i = 0; i < joined; i++)
+    ranks[t->nranks + i] = -1;
+  hoop_algo_t algo;
+  if (hoop_comm_get_algo(t->comm, &algo) == HOOP_SUCCESS)
+    hoop_comm_set_algo(next, algo);
+  hoop_comm_destroy(t->comm);
+  if (trainer_rejoin(t, next, err, errlen) != 0)
+    return -1;
+  int64_t place[2] = {epoch, cursor};
+  if (share_place(t, place, err, errlen) != 0)
+    return -1;
+  e->joined += joined;
+  if (t->rank == 0) {
+    printf("hoop-train: %d rank(s) joined; %d ranks go on\n", joined,
+           t->nranks);
+    fflush(stdout);
+  }
+  return 0;
+}
+
+int elastic_join(elastic_t *e, int *epoch, char *err, size_t errlen) {
+  int64_t place[2] = {0, 0};
+  if (share_place(e->t, place, err, errlen) != 0)
+    return -1;
+  for (int r = 0; r < e->t->nranks; r++)
+    e->launch_rank[r] = -1;
+  *epoch = (int)place[0];
+  e->cursor = place[1];
+  return 0;
+}
+
 size_t elastic_split(size_t at, size_t n, int nranks, int batch, int rank,
                      size_t *lo, size_t *hi) {
   size_t ranks = (size_t)nranks, most = ranks * (size_t)batch;
@@ -157,7 +235,8 @@ int elastic_train_epoch(elastic_t *e, const dataset_t *d, int epoch,
     snprintf(err, errlen, "out of memory for the epoch's order");
     return -1;
   }
-  int64_t cursor = 0;
+  int64_t cursor = e->cursor;
+  e->cursor = 0;
   while ((size_t)cursor < n) {
     size_t at = (size_t)cursor, lo, hi;
     size_t step = elastic_split(at, n, t->nranks, batch, t->rank, &lo, &hi);
@@ -184,6 +263,13 @@ int elastic_train_epoch(elastic_t *e, const dataset_t *d, int epoch,
       *samples += hi - lo;
     }
     cursor += (int64_t)step;
+    /* The optimiser's count is the same on every rank, and so the looks. */
+    if (t->opt.steps % GROW_EVERY == 0 &&
+        let_in(e, epoch, cursor, err, errlen) != 0 &&
+        recover(e, &cursor, err, errlen) != 0) {
+      free(perm);
+      return -1;
+    }
   }
   free(perm);
   return 0;

@@ -5,7 +5,9 @@
  * many ranks are left each sample is trained on once per epoch.  When a
  * step fails because ranks died or stopped, the survivors shrink
  * (hoop_comm_shrink), take rank 0's parameters, optimiser state and place
- * in the epoch, and redo the step from there.
+ * in the epoch, and redo the step from there.  Every few steps the members
+ * let in the processes waiting to join (a lost rank's replacement), which
+ * take the same state and go on with them.
  */
 #ifndef HOOP_TRAIN_ELASTIC_H
 #define HOOP_TRAIN_ELASTIC_H
@@ -18,10 +20,13 @@
 #include "trainer.h"
 
 typedef struct elastic {
-  trainer_t *t; /* its communicator changes with each shrink */
-  int *launch_rank; /* [t->nranks] each rank's rank when the job started */
+  trainer_t *t; /* its communicator changes with each shrink and grow */
+  /* [t->nranks] each rank's rank when the job started, -1 for those that
+     joined later */
+  int *launch_rank;
   int launched;     /* ranks when the job started */
-  int left;         /* ranks lost since the last elastic_take_left */
+  int64_t cursor;   /* where the next epoch starts: 0, but for a newcomer */
+  int left, joined; /* ranks lost and let in since elastic_take_changes */
   char who[256];    /* launch ranks lost in the recovery under way */
 } elastic_t;
 
@@ -56,7 +61,15 @@ int elastic_train_epoch(elastic_t *e, const dataset_t *d, int epoch,
  */
 int elastic_recover(elastic_t *e, char *err, size_t errlen);
 
-/* How many ranks were lost since the last call. */
-int elastic_take_left(elastic_t *e);
+/* How many ranks were lost, and let in, since the last call. */
+void elastic_take_changes(elastic_t *e, int *left, int *joined);
+
+/*
+ * A newcomer's first step, on the job's communicator it joined
+ * (hoop_comm_join): takes rank 0's parameters, optimiser state and place,
+ * *epoch the epoch to go on with.  Every step of the members lets
+ * newcomers in now and then (hoop_comm_grow) and hands them the same.
+ */
+int elastic_join(elastic_t *e, int *epoch, char *err, size_t errlen);
 
 #endif

@@ -25,11 +25,20 @@
 
 extern char **environ;
 
+/* A lost rank's replacement (hoop-run --respawn sets it): it joins the
+   running job instead of starting one. */
+static int joining(void) {
+  const char *join = getenv("HOOP_JOIN");
+  return join != NULL && strcmp(join, "1") == 0;
+}
+
 /* Started by a launcher, or alone as the only rank. */
 static hoop_result_t join(hoop_comm_t *comm) {
   static const char *launcher_vars[] = {"HOOP_RANK", "RANK",
                                         "OMPI_COMM_WORLD_RANK",
                                         "SLURM_PROCID"};
+  if (joining())
+    return hoop_comm_join(comm, NULL);
   for (size_t i = 0; i < sizeof launcher_vars / sizeof *launcher_vars; i++)
     if (getenv(launcher_vars[i]) != NULL)
       return hoop_comm_init_env(comm, NULL);
@@ -60,7 +69,8 @@ struct epoch_report {
   double step_last_in_us;
   double bytes_sent_per_step, model_bytes_per_step;
   hoop_algo_t algo;
-  int ranks, ranks_left; /* at the epoch's end; lost during it (--elastic) */
+  /* At the epoch's end; lost and let in during it (--elastic). */
+  int ranks, ranks_left, ranks_joined;
 };
 
 /*
@@ -169,19 +179,20 @@ static FILE *open_metrics(const struct options *o, int append) {
                "compute_s,wait_s,comm_s,algo,bytes_sent_per_step,"
                "model_bytes_per_step,late_s,step_comm_median_us,"
                "step_moving_median_us,step_last_in_median_us,ranks,"
-               "ranks_left\n");
+               "ranks_left,ranks_joined\n");
   return f;
 }
 
 static void write_metrics(FILE *f, const struct epoch_report *r) {
   fprintf(f,
           "%d,%.6f,%.6f,%.6f,%.4f,%.1f,%.4f,%.4f,%.4f,%s,%.0f,%.0f,%.4f,"
-          "%.1f,%.1f,%.1f,%d,%d\n",
+          "%.1f,%.1f,%.1f,%d,%d,%d\n",
           r->epoch, r->loss, r->train_acc, r->test_acc, r->seconds,
           r->samples_per_s, r->compute_s, r->wait_s, r->comm_s,
           hoop_algo_name(r->algo), r->bytes_sent_per_step,
           r->model_bytes_per_step, r->late_s, r->step_comm_us,
-          r->step_moving_us, r->step_last_in_us, r->ranks, r->ranks_left);
+          r->step_moving_us, r->step_last_in_us, r->ranks, r->ranks_left,
+          r->ranks_joined);
   fflush(f);
 }
 
@@ -475,7 +486,8 @@ static int run_elastic_epoch(struct run *run, int epoch,
   run->comm = run->t.comm;
   run->rank = run->t.rank;
   run->nranks = run->t.nranks;
-  int left = elastic_take_left(&run->el);
+  int left, joined;
+  elastic_take_changes(&run->el, &left, &joined);
   if (run->rank != 0)
     return 0;
   /* The log says how long each recovery took; the CSV's timing columns
@@ -485,7 +497,8 @@ static int run_elastic_epoch(struct run *run, int epoch,
       .train_acc = sums[1] / sums[2],
       .test_acc = (double)test_right / (double)test_total,
       .seconds = seconds, .samples_per_s = sums[2] / seconds,
-      .algo = o->algo, .ranks = run->nranks, .ranks_left = left};
+      .algo = o->algo, .ranks = run->nranks, .ranks_left = left,
+      .ranks_joined = joined};
   return 0;
 }
 
@@ -531,7 +544,7 @@ static int train(const struct options *o, hoop_comm_t *comm, int rank,
                           .momentum = o->momentum,
                           .weight_decay = o->weight_decay,
                           .bucket_bytes = o->bucket_bytes, .seed = o->seed,
-                          .cuda = o->cuda};
+                          .cuda = o->cuda, .joining = joining()};
   cfg.model = (model_spec_t){.kind = o->model, .height = run.train_set.rows,
                              .width = run.train_set.cols,
                              .classes = run.train_set.classes};
@@ -547,8 +560,14 @@ static int train(const struct options *o, hoop_comm_t *comm, int rank,
     goto out_trainer;
   }
   int start_epoch = 0;
-  if (o->resume && resume(&run, &start_epoch) != 0)
+  if (cfg.joining) {
+    if (elastic_join(&run.el, &start_epoch, err, sizeof err) != 0) {
+      fprintf(stderr, "hoop-train: rank %d: joining: %s\n", rank, err);
+      goto out_trainer;
+    }
+  } else if (o->resume && resume(&run, &start_epoch) != 0) {
     goto out_trainer;
+  }
   if (rank == 0) {
     run.metrics = open_metrics(o, 0);
     if (o->metrics != NULL && run.metrics == NULL)

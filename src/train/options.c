@@ -247,6 +247,10 @@ static int parse_option(int c, const char *arg, struct options *o) {
 static int finish_args(struct options *o) {
   if (o->resume && o->checkpoint == NULL)
     return die_usage("--resume needs --checkpoint FILE");
+  const char *join = getenv("HOOP_JOIN");
+  if (join != NULL && strcmp(join, "1") == 0 && !o->elastic)
+    return die_usage("HOOP_JOIN=1 (a replacement joining a running job) "
+                     "needs --elastic");
   if (o->elastic && (o->cuda || o->accum_steps != 1))
     return die_usage("--elastic trains on the CPU, one update per step "
                      "(not with --device cuda or --accum-steps)");

@@ -68,8 +68,10 @@ int trainer_init(trainer_t *t, hoop_comm_t comm, const trainer_config_t *cfg,
     rng_seed(&rng, cfg->seed);
     model_init_params(&t->model, &rng);
   }
-  hoop_result_t res = hoop_broadcast(comm, t->model.params, t->model.params,
-                                     t->model.nparams, HOOP_F32, 0, NULL);
+  hoop_result_t res =
+      cfg->joining ? HOOP_SUCCESS
+                   : hoop_broadcast(comm, t->model.params, t->model.params,
+                                    t->model.nparams, HOOP_F32, 0, NULL);
   if (res != HOOP_SUCCESS) {
     comm_error(t, "broadcast of the initial parameters", res, err, errlen);
     trainer_free(t);

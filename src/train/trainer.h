@@ -26,6 +26,8 @@ typedef struct trainer_config {
   uint64_t seed;
   int cuda; /* compute on a CUDA device (gpu.h) instead of OpenBLAS: the
                MLP only */
+  int joining; /* a newcomer to a running job: its state comes later, from
+                  the members (trainer_share_state), not from the seed */
 } trainer_config_t;
 
 typedef struct trainer {
@@ -42,7 +44,8 @@ typedef struct trainer {
 
 /*
  * Builds the replica; every rank starts from rank 0's initial parameters
- * (drawn from cfg.seed, then broadcast).  Collective: every rank calls it.
+ * (drawn from cfg.seed, then broadcast).  Collective: every rank calls it,
+ * but a joining one, which makes no call.
  */
 int trainer_init(trainer_t *t, hoop_comm_t comm, const trainer_config_t *cfg,
                  char *err, size_t errlen);

@@ -36,6 +36,7 @@ struct options {
   int per_host;       /* ranks in each namespace (--ranks-per-host) */
   bool cyclic;        /* --cyclic: rank r on host r % hosts */
   bool elastic;       /* --elastic: a failed rank stops no other */
+  int respawn;        /* --respawn N: replacements for failed ranks */
   char **argv;        /* the program and its arguments */
 };
 
@@ -73,6 +74,7 @@ struct rank {
   pid_t pgid;
   struct stream streams[2]; /* stdout, stderr; unused with --no-prefix */
   int netns_fd;             /* its network namespace with --netns, else -1 */
+  bool replacement; /* started for a failed rank: it joins (HOOP_JOIN=1) */
 };
 
 enum phase {
@@ -89,6 +91,7 @@ struct job {
   enum phase phase;
   int exit_code;       /* -1 until the first failure decides it */
   int succeeded;       /* ranks that exited with 0 */
+  int respawned;       /* replacements started so far */
   int64_t deadline_ms; /* the timeout, or the SIGKILL time; -1 for none */
   struct pollfd *pollfds;
   struct stream **polled; /* the stream behind each pollfd but the first */

@@ -150,8 +150,17 @@ static void on_rank_exit(struct job *job, int rank, pid_t pid, int status)
            then);
   if (job->exit_code < 0)
     job->exit_code = code;
-  if (!job->opt->elastic)
+  if (!job->opt->elastic) {
     stop_job(job, SIGTERM);
+  } else if (job->respawned < job->opt->respawn && job->running > 0) {
+    job->respawned++;
+    job->ranks[rank].replacement = true;
+    start_rank(job, rank);
+    notice("started a replacement for rank %d (pid %ld), which joins the "
+           "job (%d of --respawn %d)",
+           rank, (long)job->ranks[rank].pid, job->respawned,
+           job->opt->respawn);
+  }
 }
 
 static int find_rank(const struct job *job, pid_t pid)

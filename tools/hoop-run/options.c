@@ -47,6 +47,10 @@ static const char USAGE[] =
     "  --elastic              a rank that fails stops no other: for jobs\n"
     "                         that go on without lost ranks (hoop-train\n"
     "                         --elastic, hoop_comm_shrink)\n"
+    "  --respawn N            with --elastic: start a replacement for each\n"
+    "                         rank that fails, N in all; it gets the failed\n"
+    "                         rank's variables and HOOP_JOIN=1, and joins\n"
+    "                         the running job (hoop_comm_join)\n"
     "  -h, --help             show this help\n"
     "\n"
     "Each rank gets HOOP_RANK, HOOP_WORLD_SIZE, HOOP_LOCAL_RANK,\n"
@@ -121,7 +125,8 @@ enum {
   OPT_NETNS,
   OPT_PER_HOST,
   OPT_CYCLIC,
-  OPT_ELASTIC
+  OPT_ELASTIC,
+  OPT_RESPAWN
 };
 
 static const struct option LONG_OPTIONS[] = {
@@ -134,6 +139,7 @@ static const struct option LONG_OPTIONS[] = {
     {"ranks-per-host", required_argument, NULL, OPT_PER_HOST},
     {"cyclic", no_argument, NULL, OPT_CYCLIC},
     {"elastic", no_argument, NULL, OPT_ELASTIC},
+    {"respawn", required_argument, NULL, OPT_RESPAWN},
     {NULL, 0, NULL, 0},
 };
 
@@ -203,6 +209,13 @@ void parse_options(int argc, char **argv, struct options *opt)
     case OPT_ELASTIC:
       opt->elastic = true;
       break;
+    case OPT_RESPAWN:
+      if (!parse_long(optarg, 0, MAX_RANKS, &value))
+        usage_error("--respawn wants a number of replacements from 0 to %d, "
+                    "not '%s'",
+                    MAX_RANKS, optarg);
+      opt->respawn = (int)value;
+      break;
     default:
       bad_option(c, argv);
     }
@@ -212,6 +225,9 @@ void parse_options(int argc, char **argv, struct options *opt)
   if (opt->per_host > 1 && opt->netns == NULL)
     usage_error("--ranks-per-host needs --netns: without namespaces every "
                 "rank shares this host already");
+  if (opt->respawn > 0 && !opt->elastic)
+    usage_error("--respawn needs --elastic: without it a failed rank stops "
+                "the job");
   if (opt->cyclic && opt->per_host == 1)
     usage_error("--cyclic needs --ranks-per-host K above 1: with one rank "
                 "per host every placement is the same");

@@ -418,6 +418,16 @@ void open_stream(struct job *job, int rank, int which, int fd)
   struct stream *s = &job->ranks[rank].streams[which];
   int flags = fcntl(fd, F_GETFL);
 
+  /* A replacement's: what the failed process started may still hold the
+     old pipe open, but nothing of it is this rank's any more. */
+  if (s->fd >= 0) {
+    close_fd(s->fd);
+    buf_free(&s->partial);
+    buf_free(&s->status);
+    if (shown == s)
+      shown = NULL;
+  }
+
   /* Non-blocking, so that draining a pipe can stop when it is empty. */
   if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0)
     die(job, "fcntl: %s", strerror(errno));

@@ -285,7 +285,8 @@ static _Noreturn void exec_rank(const struct job *job, int rank, int out_fd,
   if (setenv_long("HOOP_RANK", rank) != 0 ||
       setenv_long("HOOP_LOCAL_RANK", job->opt->netns != NULL
                                          ? local_rank_of(job->opt, rank)
-                                         : rank) != 0)
+                                         : rank) != 0 ||
+      (job->ranks[rank].replacement && setenv("HOOP_JOIN", "1", 1) != 0))
     rank_setup_failed(rank, "setenv");
   execvp(argv[0], argv);
   int rc = dprintf(STDERR_FILENO, "hoop-run: cannot run '%s': %s\n", argv[0],
