@@ -506,10 +506,13 @@ typedef struct hoop_rank_info {
   int cuda_devices;   /* GPUs the host's driver lists */
   int verbs_devices;  /* RDMA devices the host's kernel lists */
   char hostname[64];
+  /* The IP address it listens on for its peers, as text: where the
+     others reach it (a program's own services, a new store). */
+  char address[48];
 } hoop_rank_info_t;
 
 #define HOOP_RANK_INFO_INIT \
-  {sizeof(hoop_rank_info_t), HOOP_RANK_INFO_VERSION, 0, 0, 0, 0, 0, {0}}
+  {sizeof(hoop_rank_info_t), HOOP_RANK_INFO_VERSION, 0, 0, 0, 0, 0, {0}, {0}}
 
 HOOP_API hoop_result_t hoop_comm_rank_info(hoop_comm_t comm, int rank,
                                            hoop_rank_info_t *info);

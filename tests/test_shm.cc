@@ -101,6 +101,9 @@ TEST(Topology, RanksOnOneHostShareMemory) {
                   q, info.host, info.shm);
       if (q == rank)
         RANK_EXPECT(log, info.pid == getpid(), "pid %d", info.pid);
+      // Ids made on one machine listen on loopback.
+      RANK_EXPECT(log, strcmp(info.address, "127.0.0.1") == 0,
+                  "rank %d listens on \"%s\"", q, info.address);
       const char *name = nullptr;
       RANK_EXPECT_OK(log, comm, hoop_comm_transport(comm, rank, q, &name));
       const char *want = q == rank ? "self" : "shm";

@@ -8,7 +8,15 @@ installed, registers "hoop" when torch is imported).
     torchrun --standalone --nproc_per_node 2 docs/examples/ddp_mnist.py --backend hoop
 
 --model mlp (784-200-200-10) or cnn (the network of PyTorch's MNIST
-example); --device cuda trains on each rank's GPU (LOCAL_RANK). The data are the MNIST-format files Debian's dataset-fashion-mnist
+example); --device cuda trains on each rank's GPU (LOCAL_RANK).
+
+--elastic (hoop, CPU) goes on when ranks die or stop: the ranks walk one
+shuffled order of each epoch's samples step by step, so each sample is
+trained on once however many are left, and a step that raises is redone
+by the survivors (hoop_torch.elastic). torchrun stops every worker when
+one fails, so run it under hoop-run, which keeps the others going:
+
+    build/tools/hoop-run --elastic -n 4 docs/examples/ddp_mnist.py --elastic The data are the MNIST-format files Debian's dataset-fashion-mnist
 installs in /usr/share/datasets/fashion-mnist (--data for others). Rank 0
 prints, per epoch, the mean training loss, the test accuracy (every rank
 scores its share of the test set; an all_reduce adds them up) and the
@@ -110,6 +118,8 @@ def parse_args():
                    help="train on the first LIMIT samples only")
     p.add_argument("--json", action="store_true",
                    help="print each epoch as a JSON line")
+    p.add_argument("--elastic", action="store_true",
+                   help="go on without lost ranks (hoop backend, CPU)")
     return p.parse_args()
 
 
@@ -126,8 +136,99 @@ def evaluate(model, images, labels, rank, world):
     return (counts[0] / counts[1]).item()
 
 
+def from_hoop_run():
+    """Under hoop-run: torch.distributed's variables from hoop's."""
+    if "RANK" in os.environ or "HOOP_RANK" not in os.environ:
+        return
+    host, port = os.environ["HOOP_ROOT_ADDR"].rsplit(":", 1)
+    os.environ.update(RANK=os.environ["HOOP_RANK"],
+                      WORLD_SIZE=os.environ["HOOP_WORLD_SIZE"],
+                      MASTER_ADDR=host, MASTER_PORT=port)
+
+
+class Elastic:
+    """The training loop's state that survives lost ranks: the model's
+    DDP wrapper (made again for each new group) and the place in the
+    epochs, [epoch, samples of it done], which rank 0 hands the survivors
+    with the parameters and optimiser state."""
+
+    def __init__(self, module, optimizer):
+        from hoop_torch import elastic
+        self.elastic, self.module, self.optimizer = elastic, module, optimizer
+        self.ddp = DDP(module)
+        self.place = torch.tensor([1, 0], dtype=torch.int64)
+        self.launch = list(range(dist.get_world_size()))
+
+    def recover(self, error):
+        start = time.perf_counter()
+        old = self.elastic.shrink()
+        lost = sorted(set(self.launch) - {self.launch[r] for r in old})
+        self.launch = [self.launch[r] for r in old]
+        self.ddp = DDP(self.module)
+        self.elastic.share_state(self.module, self.optimizer, self.place)
+        if dist.get_rank() == 0:
+            print(f"rank(s) {','.join(map(str, lost))} left; "
+                  f"{dist.get_world_size()} ranks go on (recovered in "
+                  f"{time.perf_counter() - start:.2f} s): "
+                  f"{str(error).splitlines()[0][:120]}", flush=True)
+
+
+def elastic_epochs(args, module, optimizer, images, labels, test_images,
+                   test_labels):
+    """--elastic: each step takes the next world * batch samples of the
+    epoch's order, split evenly; a step or evaluation that raises because
+    ranks were lost is redone by the survivors."""
+    job = Elastic(module, optimizer)
+    n = len(labels)
+    while job.place[0] <= args.epochs:
+        epoch = int(job.place[0])
+        order = torch.randperm(
+            n, generator=torch.Generator().manual_seed(args.seed * 1000 +
+                                                       epoch))
+        start = time.perf_counter()
+        loss_sum, seen = 0.0, 0
+        while job.place[1] < n:
+            rank, world = dist.get_rank(), dist.get_world_size()
+            at = int(job.place[1])
+            step = min(world * args.batch_size, n - at)
+            lo, hi = at + step * rank // world, at + step * (rank + 1) // world
+            # A rank without a sample in the epoch's last step takes part
+            # with a loss weighted to nothing; weighted world/step, the
+            # ranks' average gradient is the mean over the step's samples.
+            batch = order[lo:hi] if hi > lo else order[at:at + 1]
+            weight = world / step if hi > lo else 0.0
+            try:
+                optimizer.zero_grad()
+                loss = F.cross_entropy(job.ddp(images[batch]), labels[batch],
+                                       reduction="sum")
+                (loss * weight).backward()
+                optimizer.step()
+            except RuntimeError as e:
+                job.recover(e)
+                continue
+            if hi > lo:
+                loss_sum += loss.item()
+                seen += hi - lo
+            job.place[1] += step
+        seconds = time.perf_counter() - start
+        try:
+            accuracy = evaluate(job.ddp, test_images, test_labels,
+                                dist.get_rank(), dist.get_world_size())
+        except RuntimeError as e:
+            job.recover(e)
+            continue
+        job.place[0] += 1
+        job.place[1] = 0
+        if dist.get_rank() == 0:
+            print(f"epoch {epoch}: loss {loss_sum / max(seen, 1):.4f}, test "
+                  f"accuracy {accuracy:.4f}, {n / seconds:.0f} samples/s "
+                  f"(hoop, {dist.get_world_size()} ranks, elastic)",
+                  flush=True)
+
+
 def main():
     args = parse_args()
+    from_hoop_run()
     if args.backend == "hoop" and not hasattr(dist.Backend, "HOOP"):
         # Installed with pip, hoop_torch registered "hoop" as torch was
         # imported; from a build tree (PYTHONPATH=build/python) it is not.
@@ -146,6 +247,15 @@ def main():
     test_images, test_labels = test_images.to(device), test_labels.to(device)
     torch.manual_seed(args.seed)
     model = MODELS[args.model]().to(device)
+    if args.elastic:
+        if args.backend != "hoop" or args.device != "cpu":
+            raise SystemExit("--elastic takes --backend hoop on the CPU")
+        optimizer = torch.optim.SGD(model.parameters(), lr=args.lr,
+                                    momentum=args.momentum)
+        elastic_epochs(args, model, optimizer, images, labels, test_images,
+                       test_labels)
+        dist.destroy_process_group()
+        return
     model = DDP(model, device_ids=[device.index] if device.index is not None
                 else None)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr,

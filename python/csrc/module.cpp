@@ -74,6 +74,61 @@ py::dict stats(const HoopBackend& backend) {
   return out;
 }
 
+// A communicator of the survivors, held for Python between the calls of
+// hoop_torch.elastic.shrink as an integer.
+hoop_comm_t comm_of(uintptr_t handle) {
+  return reinterpret_cast<hoop_comm_t>(handle);
+}
+
+// hoop_comm_shrink on the group's communicator: (new rank, new size, old
+// ranks of the survivors, their communicator's handle).
+py::tuple shrink(const HoopBackend& backend) {
+  hoop_comm_t comm = backend.comm();
+  int size = 0;
+  hoop_comm_size(comm, &size);
+  std::vector<int> old_ranks(static_cast<size_t>(size), -1);
+  hoop_comm_t next = nullptr;
+  hoop_result_t r;
+  {
+    py::gil_scoped_release unlocked;
+    r = hoop_comm_shrink(comm, nullptr, &next, old_ranks.data());
+  }
+  if (r != HOOP_SUCCESS)
+    hoop_torch::throw_hoop_error(comm, r, "hoop_comm_shrink");
+  int rank = 0;
+  hoop_comm_rank(next, &rank);
+  hoop_comm_size(next, &size);
+  old_ranks.resize(static_cast<size_t>(size));
+  return py::make_tuple(rank, size, old_ranks,
+                        reinterpret_cast<uintptr_t>(next));
+}
+
+// Rank 0's text to every rank of the survivors' communicator.
+std::string share_text(uintptr_t handle, const std::string& text) {
+  hoop_comm_t comm = comm_of(handle);
+  char buf[256] = {0};
+  text.copy(buf, sizeof buf - 1);
+  hoop_result_t r;
+  {
+    py::gil_scoped_release unlocked;
+    r = hoop_broadcast(comm, buf, buf, sizeof buf, HOOP_U8, 0, nullptr);
+  }
+  if (r != HOOP_SUCCESS)
+    hoop_torch::throw_hoop_error(comm, r, "hoop_broadcast");
+  return std::string(buf);
+}
+
+// Where rank 0 of the survivors' communicator listens (an IP address), for
+// the store that their new process group meets on.
+std::string listen_address(uintptr_t handle) {
+  hoop_comm_t comm = comm_of(handle);
+  hoop_rank_info_t info = HOOP_RANK_INFO_INIT;
+  hoop_result_t r = hoop_comm_rank_info(comm, 0, &info);
+  if (r != HOOP_SUCCESS)
+    hoop_torch::throw_hoop_error(comm, r, "hoop_comm_rank_info");
+  return std::string(info.address);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -99,6 +154,19 @@ PYBIND11_MODULE(_C, m) {
       "Joins the group's hoop communicator (rank 0 puts its unique id in "
       "the store); torch.distributed calls it with the group's store, "
       "rank, size and timeout");
+  m.def("shrink", &shrink,
+        "After a failure: the survivors agree on who is left "
+        "(hoop_comm_shrink on the group's communicator); returns (rank, "
+        "size, old_ranks, handle of their communicator)");
+  m.def("share_text", &share_text,
+        "Rank 0's text (up to 255 bytes) to every rank of a survivors' "
+        "communicator");
+  m.def("listen_address", &listen_address,
+        "The IP address rank 0 of a survivors' communicator listens on");
+  m.def(
+      "destroy",
+      [](uintptr_t handle) { hoop_comm_destroy(comm_of(handle)); },
+      "Destroys a survivors' communicator");
   m.attr("hoop_version") = hoop_version_string();
   m.attr("cuda") = static_cast<bool>(HOOP_TORCH_CUDA);
 }

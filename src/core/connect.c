@@ -301,8 +301,8 @@ static hoop_result_t excluded_error(struct hoop_comm *comm, int from,
 
 /*
  * Takes one connection that has proved itself, waiting up to wait_ms for
- * it (*got says whether one came).  A data dial is acked and kept in comm->pending; a failure notice
- * becomes this call's error.
+ * it (*got says whether one came).  A data dial is acked and kept in
+ * comm->pending; a failure notice becomes this call's error.
  */
 static hoop_result_t take_one(struct hoop_comm *comm, int wait_ms,
                               bool *got) {

@@ -11,6 +11,7 @@
 #include "hoop_build_config.h"
 #include "core/conn.h"
 
+#include <arpa/inet.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <stddef.h>
@@ -114,6 +115,7 @@ hoop_result_t hoop_comm_rank_info(hoop_comm_t comm, int rank,
     hoop__transports_rank_info(p, &full);
     memcpy(full.hostname, p->hostname, sizeof full.hostname);
     full.hostname[sizeof full.hostname - 1] = '\0';
+    inet_ntop(p->addr.family, p->addr.ip, full.address, sizeof full.address);
     hoop__fill_versioned(info, &full, offsetof(hoop_rank_info_t, host));
   }
   return res;

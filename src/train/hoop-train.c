@@ -544,7 +544,7 @@ static int train(const struct options *o, hoop_comm_t *comm, int rank,
                           .momentum = o->momentum,
                           .weight_decay = o->weight_decay,
                           .bucket_bytes = o->bucket_bytes, .seed = o->seed,
-                          .cuda = o->cuda, .joining = joining()};
+                          .cuda = o->cuda, .local_init = o->elastic};
   cfg.model = (model_spec_t){.kind = o->model, .height = run.train_set.rows,
                              .width = run.train_set.cols,
                              .classes = run.train_set.classes};
@@ -560,7 +560,7 @@ static int train(const struct options *o, hoop_comm_t *comm, int rank,
     goto out_trainer;
   }
   int start_epoch = 0;
-  if (cfg.joining) {
+  if (joining()) {
     if (elastic_join(&run.el, &start_epoch, err, sizeof err) != 0) {
       fprintf(stderr, "hoop-train: rank %d: joining: %s\n", rank, err);
       goto out_trainer;

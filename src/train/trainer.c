@@ -63,15 +63,16 @@ int trainer_init(trainer_t *t, hoop_comm_t comm, const trainer_config_t *cfg,
     trainer_free(t);
     return -1;
   }
-  if (t->rank == 0) {
+  if (t->rank == 0 || cfg->local_init) {
     rng_t rng;
     rng_seed(&rng, cfg->seed);
     model_init_params(&t->model, &rng);
   }
   hoop_result_t res =
-      cfg->joining ? HOOP_SUCCESS
-                   : hoop_broadcast(comm, t->model.params, t->model.params,
-                                    t->model.nparams, HOOP_F32, 0, NULL);
+      cfg->local_init ? HOOP_SUCCESS
+                      : hoop_broadcast(comm, t->model.params,
+                                       t->model.params, t->model.nparams,
+                                       HOOP_F32, 0, NULL);
   if (res != HOOP_SUCCESS) {
     comm_error(t, "broadcast of the initial parameters", res, err, errlen);
     trainer_free(t);

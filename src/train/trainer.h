@@ -26,8 +26,13 @@ typedef struct trainer_config {
   uint64_t seed;
   int cuda; /* compute on a CUDA device (gpu.h) instead of OpenBLAS: the
                MLP only */
-  int joining; /* a newcomer to a running job: its state comes later, from
-                  the members (trainer_share_state), not from the seed */
+  /*
+   * Every rank draws the initial parameters from the seed itself (the same
+   * on all), with no broadcast: --elastic makes no collective before its
+   * first step, which it can redo without a lost rank; a newcomer then
+   * takes the members' state (trainer_share_state).
+   */
+  int local_init;
 } trainer_config_t;
 
 typedef struct trainer {
@@ -44,8 +49,8 @@ typedef struct trainer {
 
 /*
  * Builds the replica; every rank starts from rank 0's initial parameters
- * (drawn from cfg.seed, then broadcast).  Collective: every rank calls it,
- * but a joining one, which makes no call.
+ * (drawn from cfg.seed, then broadcast).  Collective: every rank calls it;
+ * with cfg.local_init it makes no call.
  */
 int trainer_init(trainer_t *t, hoop_comm_t comm, const trainer_config_t *cfg,
                  char *err, size_t errlen);
