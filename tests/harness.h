@@ -15,11 +15,14 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "fork_ranks.h"
@@ -34,6 +37,20 @@ namespace hooptest {
       (log).fail("%s:%d: %s returned %s: %s", __FILE__, __LINE__, #call,    \
                  hoop_result_name(r_), hoop_comm_last_error(comm));          \
   } while (0)
+
+// Whether comm's last error says `text`.
+inline bool mentions(hoop_comm_t comm, const char *text) {
+  return strstr(hoop_comm_last_error(comm), text) != nullptr;
+}
+
+// Sends this process `sig` from another thread `ms` from now, so that it
+// dies (or stops) in the middle of whatever call it is making then.
+inline void signal_self_after(int sig, int ms) {
+  std::thread([sig, ms] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    kill(getpid(), sig);
+  }).detach();
+}
 
 // A port nobody listens on right now (the kernel's pick for port 0).
 inline int free_port() {

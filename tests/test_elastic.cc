@@ -19,19 +19,6 @@ using namespace hooptest;
 
 namespace {
 
-bool mentions(hoop_comm_t comm, const char *text) {
-  return strstr(hoop_comm_last_error(comm), text) != nullptr;
-}
-
-// Sends this process `sig` from another thread `ms` from now, so that it
-// dies (or stops) in the middle of whatever call it is making then.
-void signal_self_after(int sig, int ms) {
-  std::thread([sig, ms] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
-    kill(getpid(), sig);
-  }).detach();
-}
-
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
       .count();

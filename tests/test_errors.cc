@@ -22,19 +22,6 @@ using namespace hooptest;
 
 namespace {
 
-bool mentions(hoop_comm_t comm, const char *text) {
-  return strstr(hoop_comm_last_error(comm), text) != nullptr;
-}
-
-// Sends this process `sig` from another thread `ms` from now, so that it
-// dies (or freezes) in the middle of whatever call it is making then.
-void signal_self_after(int sig, int ms) {
-  std::thread([sig, ms] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
-    kill(getpid(), sig);
-  }).detach();
-}
-
 // A correct all-reduce after the error shows the communicator still works.
 void expect_usable(RankLog &log, hoop_comm_t comm, int nranks) {
   std::vector<int32_t> v(1000, 1);

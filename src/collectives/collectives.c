@@ -465,25 +465,33 @@ hoop_result_t hoop_barrier(hoop_comm_t comm) {
   return dispatch(comm, &c, 1, HOOP_COLL_BARRIER, NULL);
 }
 
+/*
+ * Whether the communicator that follows a shrink or a grow formed on every
+ * rank: a rank that died while they formed it can leave it formed on some
+ * and not on others, and those without it never enter this barrier, so it
+ * fails on every rank alike.  On failure *c is destroyed and NULL, and
+ * `why` holds its error.
+ */
+static hoop_result_t check_formed(hoop_comm_t *c, char *why, size_t len) {
+  hoop_result_t res = hoop_barrier(*c);
+  if (res != HOOP_SUCCESS) {
+    snprintf(why, len, "%s", hoop_comm_last_error(*c));
+    hoop_comm_destroy(*c);
+    *c = NULL;
+  }
+  return res;
+}
+
 hoop_result_t hoop_comm_shrink(hoop_comm_t comm, const hoop_config_t *config,
                                hoop_comm_t *newcomm, int *old_ranks) {
   if (newcomm == NULL)
     return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
                       "hoop_comm_shrink: newcomm is NULL");
   HOOP_CHECK(hoop__comm_shrink(comm, config, newcomm, old_ranks));
-  /*
-   * A survivor that dies while the others form their communicator can
-   * leave it formed on some of them and not on others.  Those without it
-   * never enter this barrier, so it fails on every rank, and they all
-   * shrink the old communicator again, together.
-   */
-  hoop_result_t res = hoop_barrier(*newcomm);
+  char why[HOOP_ERROR_MAX];
+  hoop_result_t res = check_formed(newcomm, why, sizeof why);
   if (res == HOOP_SUCCESS)
     return HOOP_SUCCESS;
-  char why[HOOP_ERROR_MAX];
-  snprintf(why, sizeof why, "%s", hoop_comm_last_error(*newcomm));
-  hoop_comm_destroy(*newcomm);
-  *newcomm = NULL;
   return HOOP_ERROR(comm, res,
                     "hoop_comm_shrink: a survivor was lost while the others "
                     "formed their communicator (call it again to go on "
@@ -512,21 +520,17 @@ static hoop_result_t form_grown(hoop_comm_t comm, const hoop_config_t *config,
   int n = 0, rank = 0;
   hoop_comm_size(comm, &n);
   hoop_comm_rank(comm, &rank);
+  char why[HOOP_ERROR_MAX];
   hoop_result_t res = hoop__comm_create(newcomm, n + offer->count, rank,
                                         &offer->id, config);
-  if (res == HOOP_SUCCESS) {
-    res = hoop_barrier(*newcomm);
-    if (res != HOOP_SUCCESS) {
-      hoop_comm_destroy(*newcomm);
-      *newcomm = NULL;
-    }
-  }
+  if (res != HOOP_SUCCESS)
+    snprintf(why, sizeof why, "%s", hoop_last_error());
+  else
+    res = check_formed(newcomm, why, sizeof why);
   if (res == HOOP_SUCCESS) {
     hoop__comm_pass_joins(comm, *newcomm);
     return HOOP_SUCCESS;
   }
-  char why[HOOP_ERROR_MAX];
-  snprintf(why, sizeof why, "%s", hoop_last_error());
   return HOOP_ERROR(comm, res,
                     "hoop_comm_grow: the communicator with %d newcomer(s) "
                     "did not form (this one goes on as it was): %s",
@@ -573,14 +577,11 @@ hoop_result_t hoop_comm_join(hoop_comm_t *comm, const hoop_config_t *config) {
     return HOOP_ERROR(NULL, HOOP_ERR_INVALID_ARGUMENT,
                       "hoop_comm_join: comm is NULL");
   HOOP_CHECK(hoop__comm_join(config, comm));
-  /* The members' check that their grown communicator formed everywhere. */
-  hoop_result_t res = hoop_barrier(*comm);
+  /* The members' check in hoop_comm_grow, from this side. */
+  char why[HOOP_ERROR_MAX];
+  hoop_result_t res = check_formed(comm, why, sizeof why);
   if (res == HOOP_SUCCESS)
     return HOOP_SUCCESS;
-  char why[HOOP_ERROR_MAX];
-  snprintf(why, sizeof why, "%s", hoop_comm_last_error(*comm));
-  hoop_comm_destroy(*comm);
-  *comm = NULL;
   return HOOP_ERROR(NULL, res,
                     "hoop_comm_join: the job's communicator with this "
                     "process did not form: %s",
