@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The torch.distributed backend on PyTorch 2, as Debian 13 ships it
 # (python3-torch 2.6, CPU): installs what building hoop_torch and its tests
-# needs, builds the module alone with warnings as errors, and runs the
-# torch.* tests (every call against gloo on 1-4 ranks, DDP, killed ranks,
-# the pip install, FSDP against gloo). Debian 12's PyTorch 1.13 is
+# needs, builds the module (and hoop-run, which torch.elastic launches
+# the example with) with warnings as errors, and runs the torch.* tests
+# (every call against gloo on 1-4 ranks, DDP, killed ranks, survivors
+# shrinking the group, the pip install, FSDP against gloo). Debian 12's PyTorch 1.13 is
 # tools/quickstart.sh test's. CI runs it in a fresh Debian 13 root:
 #   tools/fresh-check.sh --suite trixie tools/torch2-check.sh
 # As root where packages are missing. BUILD_DIR (default build-torch2)
@@ -48,7 +49,7 @@ echo "torch2-check: torch $version"
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DHOOP_WERROR=ON -DHOOP_ENABLE_TORCH=ON -DHOOP_ENABLE_CUDA=OFF \
   -DHOOP_FUZZ_SECONDS=0
-cmake --build "$build" --target hoop_torch_ext
+cmake --build "$build" --target hoop_torch_ext hoop-run
 # Debian's PyTorch 2.6 is built without libuv, which its TCPStore (env://
 # and torchrun's rendezvous) uses by default from 2.4. Where FSDP cannot
 # train on CPU, torch.fsdp would skip; here it must run.
