@@ -59,8 +59,12 @@ static void note_lost(elastic_t *e, const int *before, int nbefore,
       k++;
       continue;
     }
-    used += (size_t)snprintf(e->who + used, sizeof e->who - used, "%s%d",
-                             used > 0 ? "," : "", before[old]);
+    if (before[old] >= 0)
+      used += (size_t)snprintf(e->who + used, sizeof e->who - used, "%s%d",
+                               used > 0 ? "," : "", before[old]);
+    else
+      used += (size_t)snprintf(e->who + used, sizeof e->who - used,
+                               "%sone that joined", used > 0 ? "," : "");
   }
 }
 
