@@ -277,8 +277,10 @@ HOOP_API hoop_result_t hoop_comm_shrink(hoop_comm_t comm,
  * form (a newcomer died meanwhile), this returns the error and the
  * members go on with comm.  Rank 0 listens for newcomers at the job's
  * address (HOOP_ROOT_ADDR, or torchrun's MASTER_ADDR and MASTER_PORT + 1)
- * from its first call on; after a shrink, the new rank 0 listens there
- * when the address is on its host.
+ * from its first call on, given the job's secret there (HOOP_AUTH_TOKEN
+ * or HOOP_AUTH_TOKEN_FILE) as the newcomers have it, also when comm was
+ * made from a unique id with a key of its own; after a shrink, the new
+ * rank 0 listens there when the address is on its host.
  */
 HOOP_API hoop_result_t hoop_comm_grow(hoop_comm_t comm,
                                       const hoop_config_t *config,

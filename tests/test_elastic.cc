@@ -332,6 +332,9 @@ struct GrowJob {
   int joiners;
   std::function<void(RankLog &, hoop_comm_t, int)> member;
   std::function<void(RankLog &, int)> joiner;
+  // The members meet on a unique id, with a key of its own, as the torch
+  // backend's ranks do, rather than at HOOP_ROOT_ADDR.
+  bool by_unique_id = false;
 };
 
 RunResult run_grow_job(const GrowJob &job) {
@@ -340,9 +343,12 @@ RunResult run_grow_job(const GrowJob &job) {
   ScopedEnv timeout("HOOP_TIMEOUT_MS", "10000");
   ScopedEnv token("HOOP_AUTH_TOKEN", kTestToken);
   ScopedEnv size("HOOP_WORLD_SIZE", std::to_string(job.members).c_str());
+  hoop_unique_id_t id;
+  if (job.by_unique_id && hoop_get_unique_id(&id) != HOOP_SUCCESS)
+    ADD_FAILURE() << "hoop_get_unique_id: " << hoop_last_error();
   return fork_ranks(
       job.members + job.joiners,
-      [&job](int r) {
+      [&job, &id](int r) {
         RankLog log(r);
         if (r >= job.members) {
           job.joiner(log, r - job.members);
@@ -350,7 +356,10 @@ RunResult run_grow_job(const GrowJob &job) {
         }
         setenv("HOOP_RANK", std::to_string(r).c_str(), 1);
         hoop_comm_t comm = nullptr;
-        hoop_result_t res = hoop_comm_init_env(&comm, nullptr);
+        hoop_result_t res =
+            job.by_unique_id
+                ? hoop_comm_init_rank(&comm, job.members, &id, r, nullptr)
+                : hoop_comm_init_env(&comm, nullptr);
         if (res != HOOP_SUCCESS) {
           log.fail("init: %s: %s", hoop_result_name(res), hoop_last_error());
           return 1;
@@ -525,6 +534,49 @@ TEST(Grow, NewcomersJoinWhileTheMembersAreInACall) {
          expect_job_of(log, end, members + which, {0, 1, 2, 3, 4});
          hoop_comm_destroy(end);
        }});
+  EXPECT_TRUE(r.all_ok()) << describe(r);
+}
+
+// The torch backend's groups meet on a unique id whose key is random: a
+// newcomer that proves the job's secret still joins, gets the group's key
+// with the id, and sums with the members; a stranger is still refused.
+TEST(Grow, AJobThatMetOnAUniqueIdLetsInTheSecretsHolderOnly) {
+  const int members = 2, total = 120;
+  GrowJob job{members, 2,
+              [](RankLog &log, hoop_comm_t comm, int rank) {
+                bool owned = false;
+                hoop_comm_t end = elastic_loop(log, comm, 0, total, &owned);
+                expect_job_of(log, end, rank, {0, 1, 2});
+                if (owned)
+                  hoop_comm_destroy(end);
+              },
+              [](RankLog &log, int which) {
+                if (which == 1) {
+                  setenv("HOOP_AUTH_TOKEN",
+                         "a-stranger-0123456789abcdef0123456789ab", 1);
+                  setenv("HOOP_TIMEOUT_MS", "1500", 1);
+                }
+                hoop_comm_t comm = nullptr;
+                hoop_result_t res = hoop_comm_join(&comm, nullptr);
+                if (which == 1) {
+                  RANK_EXPECT(log, res != HOOP_SUCCESS && comm == nullptr,
+                              "the stranger joined");
+                  return;
+                }
+                RANK_EXPECT_OK(log, nullptr, res);
+                if (comm == nullptr)
+                  return;
+                int32_t step = 0;
+                RANK_EXPECT_OK(log, comm,
+                               hoop_broadcast(comm, &step, &step, 1, HOOP_I32,
+                                              0, nullptr));
+                bool owned = true;
+                hoop_comm_t end = elastic_loop(log, comm, step, total, &owned);
+                expect_job_of(log, end, members, {0, 1, 2});
+                hoop_comm_destroy(end);
+              }};
+  job.by_unique_id = true;
+  RunResult r = run_grow_job(job);
   EXPECT_TRUE(r.all_ok()) << describe(r);
 }
 

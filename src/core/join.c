@@ -9,7 +9,11 @@
  *
  * The listener's communicator id is derived from the job's key, not from
  * a communicator: the job's communicators change with every shrink and
- * grow, and a newcomer knows none of them.  After a shrink the new rank 0
+ * grow, and a newcomer knows none of them.  The communicator's own key
+ * may be another (the torch backend's ranks meet with a unique id, which
+ * carries a random one): a newcomer proves the job's secret at the door
+ * and is handed the communicator's key in the id it joins with, as a rank
+ * is handed it in its unique id.  After a shrink the new rank 0
  * listens at the same address when it can bind it (on the same host as
  * the one before); elsewhere joins wait for nobody and time out, saying so.
  */
@@ -52,14 +56,9 @@ static void open_joins(struct hoop_comm *comm) {
     HOOP_INFO("rank 0: no process can join this job: %s", hoop_last_error());
     return;
   }
-  if (memcmp(&key, &comm->auth_key, sizeof key) != 0) {
-    HOOP_WARN("rank 0: no process can join this communicator: its secret "
-              "is not the one HOOP_AUTH_TOKEN gives");
-    return;
-  }
   comm->joins = (struct hoop_listener){
-      .key = comm->auth_key,
-      .comm_id = join_id(&comm->auth_key),
+      .key = key,
+      .comm_id = join_id(&key),
       .rank = MEMBERS,
       .nranks = 2,
       .channel_lo = HOOP_RENDEZVOUS_CHANNEL,
