@@ -16,7 +16,13 @@ trained on once however many are left, and a step that raises is redone
 by the survivors (hoop_torch.elastic). torchrun stops every worker when
 one fails, so run it under hoop-run, which keeps the others going:
 
-    build/tools/hoop-run --elastic -n 4 docs/examples/ddp_mnist.py --elastic The data are the MNIST-format files Debian's dataset-fashion-mnist
+    build/tools/hoop-run --elastic -n 4 docs/examples/ddp_mnist.py --elastic
+
+With --respawn 1, hoop-run also starts a replacement for the first rank
+lost; it joins (hoop_torch.elastic.join) when the others next look for
+newcomers, every 16 steps, and takes up rank 0's state.
+
+The data are the MNIST-format files Debian's dataset-fashion-mnist
 installs in /usr/share/datasets/fashion-mnist (--data for others). Rank 0
 prints, per epoch, the mean training loss, the test accuracy (every rank
 scores its share of the test set; an all_reduce adds them up) and the
@@ -137,48 +143,82 @@ def evaluate(model, images, labels, rank, world):
 
 
 def from_hoop_run():
-    """Under hoop-run: torch.distributed's variables from hoop's."""
+    """Under hoop-run: torch.distributed's variables from hoop's. The store
+    takes the port after hoop-run's: the job's address itself is where
+    rank 0 lets replacements in."""
     if "RANK" in os.environ or "HOOP_RANK" not in os.environ:
         return
     host, port = os.environ["HOOP_ROOT_ADDR"].rsplit(":", 1)
     os.environ.update(RANK=os.environ["HOOP_RANK"],
                       WORLD_SIZE=os.environ["HOOP_WORLD_SIZE"],
-                      MASTER_ADDR=host, MASTER_PORT=port)
+                      MASTER_ADDR=host, MASTER_PORT=str(int(port) + 1))
+
+
+# Steps between the members' looks for replacements (hoop_torch.elastic.grow,
+# one small broadcast when none waits).
+GROW_EVERY = 16
 
 
 class Elastic:
     """The training loop's state that survives lost ranks: the model's
     DDP wrapper (made again for each new group) and the place in the
-    epochs, [epoch, samples of it done], which rank 0 hands the survivors
-    with the parameters and optimiser state."""
+    epochs, [epoch, samples of it done, steps], which rank 0 hands the
+    survivors, or a replacement, with the parameters and optimiser state.
+    `launch` holds each rank's launch rank (None: one that joined)."""
 
-    def __init__(self, module, optimizer):
+    def __init__(self, module, optimizer, joined):
         from hoop_torch import elastic
         self.elastic, self.module, self.optimizer = elastic, module, optimizer
         self.ddp = DDP(module)
-        self.place = torch.tensor([1, 0], dtype=torch.int64)
+        self.place = torch.tensor([1, 0, 0], dtype=torch.int64)
         self.launch = list(range(dist.get_world_size()))
+        if joined:
+            self.launch = [None] * dist.get_world_size()
+            elastic.share_state(module, optimizer, self.place)
+
+    def renew(self):
+        self.ddp = DDP(self.module)
+        self.elastic.share_state(self.module, self.optimizer, self.place)
 
     def recover(self, error):
         start = time.perf_counter()
         old = self.elastic.shrink()
-        lost = sorted(set(self.launch) - {self.launch[r] for r in old})
+        kept = set(old)
+        lost = [str(who) if who is not None else "one that joined"
+                for r, who in enumerate(self.launch) if r not in kept]
         self.launch = [self.launch[r] for r in old]
-        self.ddp = DDP(self.module)
-        self.elastic.share_state(self.module, self.optimizer, self.place)
+        self.renew()
         if dist.get_rank() == 0:
-            print(f"rank(s) {','.join(map(str, lost))} left; "
+            print(f"rank(s) {','.join(lost)} left; "
                   f"{dist.get_world_size()} ranks go on (recovered in "
                   f"{time.perf_counter() - start:.2f} s): "
                   f"{str(error).splitlines()[0][:120]}", flush=True)
 
+    def step_done(self):
+        """After each step: every GROW_EVERY, the members let replacements
+        in. A failure there is a loss like any other."""
+        self.place[2] += 1
+        if self.place[2] % GROW_EVERY:
+            return
+        try:
+            joined = self.elastic.grow()
+        except RuntimeError as e:
+            self.recover(e)
+            return
+        if joined:
+            self.launch += [None] * joined
+            self.renew()
+            if dist.get_rank() == 0:
+                print(f"{joined} rank(s) joined; {dist.get_world_size()} "
+                      f"ranks go on", flush=True)
+
 
 def elastic_epochs(args, module, optimizer, images, labels, test_images,
-                   test_labels):
+                   test_labels, joined):
     """--elastic: each step takes the next world * batch samples of the
     epoch's order, split evenly; a step or evaluation that raises because
     ranks were lost is redone by the survivors."""
-    job = Elastic(module, optimizer)
+    job = Elastic(module, optimizer, joined)
     n = len(labels)
     while job.place[0] <= args.epochs:
         epoch = int(job.place[0])
@@ -210,6 +250,7 @@ def elastic_epochs(args, module, optimizer, images, labels, test_images,
                 loss_sum += loss.item()
                 seen += hi - lo
             job.place[1] += step
+            job.step_done()
         seconds = time.perf_counter() - start
         try:
             accuracy = evaluate(job.ddp, test_images, test_labels,
@@ -238,22 +279,30 @@ def main():
     if args.device == "cuda":
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
         torch.cuda.set_device(device)
-    dist.init_process_group(args.backend)
-    rank, world = dist.get_rank(), dist.get_world_size()
-
+    if args.elastic and (args.backend != "hoop" or args.device != "cpu"):
+        raise SystemExit("--elastic takes --backend hoop on the CPU")
     images, labels = load(args.data, "train", args.limit)
     test_images, test_labels = load(args.data, "t10k")
     images, labels = images.to(device), labels.to(device)
     test_images, test_labels = test_images.to(device), test_labels.to(device)
     torch.manual_seed(args.seed)
     model = MODELS[args.model]().to(device)
+    # A replacement joins once it is ready to train: the members wait for
+    # it from the moment they let it in.
+    joined = False
     if args.elastic:
-        if args.backend != "hoop" or args.device != "cpu":
-            raise SystemExit("--elastic takes --backend hoop on the CPU")
+        from hoop_torch import elastic
+        joined = elastic.joining()
+    if joined:
+        elastic.join()
+    else:
+        dist.init_process_group(args.backend)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if args.elastic:
         optimizer = torch.optim.SGD(model.parameters(), lr=args.lr,
                                     momentum=args.momentum)
         elastic_epochs(args, model, optimizer, images, labels, test_images,
-                       test_labels)
+                       test_labels, joined)
         dist.destroy_process_group()
         return
     model = DDP(model, device_ids=[device.index] if device.index is not None

@@ -74,8 +74,8 @@ py::dict stats(const HoopBackend& backend) {
   return out;
 }
 
-// A communicator of the survivors, held for Python between the calls of
-// hoop_torch.elastic.shrink as an integer.
+// A communicator of the survivors (or of members and newcomers), held for
+// Python between the calls of hoop_torch.elastic as an integer.
 hoop_comm_t comm_of(uintptr_t handle) {
   return reinterpret_cast<hoop_comm_t>(handle);
 }
@@ -103,7 +103,47 @@ py::tuple shrink(const HoopBackend& backend) {
                         reinterpret_cast<uintptr_t>(next));
 }
 
-// Rank 0's text to every rank of the survivors' communicator.
+// hoop_comm_grow on the group's communicator: (newcomers let in, then, when
+// there were some, the members' new rank and size and the handle of the
+// grown communicator; else the group's own rank and size and handle 0).
+py::tuple grow(const HoopBackend& backend) {
+  hoop_comm_t comm = backend.comm();
+  hoop_comm_t next = nullptr;
+  int joined = 0;
+  hoop_result_t r;
+  {
+    py::gil_scoped_release unlocked;
+    r = hoop_comm_grow(comm, nullptr, &next, &joined);
+  }
+  if (r != HOOP_SUCCESS)
+    hoop_torch::throw_hoop_error(comm, r, "hoop_comm_grow");
+  hoop_comm_t now = next != nullptr ? next : comm;
+  int rank = 0, size = 0;
+  hoop_comm_rank(now, &rank);
+  hoop_comm_size(now, &size);
+  return py::make_tuple(joined, rank, size, reinterpret_cast<uintptr_t>(next));
+}
+
+// hoop_comm_join from this process: (rank, size, handle of the job's
+// communicator).
+py::tuple join(int timeout_ms) {
+  hoop_config_t config = HOOP_CONFIG_INIT;
+  config.timeout_ms = timeout_ms;
+  hoop_comm_t comm = nullptr;
+  hoop_result_t r;
+  {
+    py::gil_scoped_release unlocked;
+    r = hoop_comm_join(&comm, &config);
+  }
+  if (r != HOOP_SUCCESS)
+    hoop_torch::throw_hoop_error(nullptr, r, "hoop_comm_join");
+  int rank = 0, size = 0;
+  hoop_comm_rank(comm, &rank);
+  hoop_comm_size(comm, &size);
+  return py::make_tuple(rank, size, reinterpret_cast<uintptr_t>(comm));
+}
+
+// Rank 0's text to every rank of a survivors' (or grown) communicator.
 std::string share_text(uintptr_t handle, const std::string& text) {
   hoop_comm_t comm = comm_of(handle);
   char buf[256] = {0};
@@ -158,15 +198,22 @@ PYBIND11_MODULE(_C, m) {
         "After a failure: the survivors agree on who is left "
         "(hoop_comm_shrink on the group's communicator); returns (rank, "
         "size, old_ranks, handle of their communicator)");
+  m.def("grow", &grow,
+        "At a step boundary, every member: lets in the processes waiting "
+        "to join (hoop_comm_grow on the group's communicator); returns "
+        "(joined, rank, size, handle of the grown communicator or 0)");
+  m.def("join", &join, py::arg("timeout_ms"),
+        "In a replacement: joins the running job (hoop_comm_join) once its "
+        "members grow; returns (rank, size, handle of its communicator)");
   m.def("share_text", &share_text,
-        "Rank 0's text (up to 255 bytes) to every rank of a survivors' "
+        "Rank 0's text (up to 255 bytes) to every rank of a survivors' or grown "
         "communicator");
   m.def("listen_address", &listen_address,
         "The IP address rank 0 of a survivors' communicator listens on");
   m.def(
       "destroy",
       [](uintptr_t handle) { hoop_comm_destroy(comm_of(handle)); },
-      "Destroys a survivors' communicator");
+      "Destroys a survivors' or grown communicator");
   m.attr("hoop_version") = hoop_version_string();
   m.attr("cuda") = static_cast<bool>(HOOP_TORCH_CUDA);
 }

@@ -31,17 +31,22 @@ def free_port():
         return s.getsockname()[1]
 
 
-def _rank_main(rank, nprocs, port, fn, args, timeout):
+def _rank_main(rank, nprocs, port, fn, args, timeout, env):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
                       RANK=str(rank), WORLD_SIZE=str(nprocs),
-                      GLOO_SOCKET_IFNAME="lo")
+                      GLOO_SOCKET_IFNAME="lo", **env)
     torch.set_num_threads(1)
     import hoop_torch  # noqa: F401  (registers the backend)
     try:
-        dist.init_process_group("hoop", init_method="env://", timeout=timeout)
-        gloo = dist.new_group(backend="gloo", timeout=timeout)
-        ok = fn(rank, nprocs, gloo, *args)
-        dist.destroy_process_group()
+        if rank < nprocs:
+            dist.init_process_group("hoop", init_method="env://",
+                                    timeout=timeout)
+            gloo = dist.new_group(backend="gloo", timeout=timeout)
+            ok = fn(rank, nprocs, gloo, *args)
+        else:
+            ok = fn(rank, nprocs, None, *args)
+        if dist.is_initialized():
+            dist.destroy_process_group()
     except Exception:
         traceback.print_exc()
         sys.stderr.flush()
@@ -50,15 +55,19 @@ def _rank_main(rank, nprocs, port, fn, args, timeout):
     os._exit(0 if ok else 1)
 
 
-def run(fn, nprocs, *args, timeout=TIMEOUT, deadline_s=150):
+def run(fn, nprocs, *args, timeout=TIMEOUT, deadline_s=150, extra=0,
+        env=None):
     """Runs fn(rank, nprocs, gloo_group, *args) in nprocs processes; fn
-    returns whether its rank passed.  Returns the exit codes (None: the
-    process outlived deadline_s and was killed)."""
+    returns whether its rank passed.  `extra` more processes (ranks nprocs
+    on) run fn with no process group made and gloo_group None, to join the
+    job themselves; `env` goes into every process's environment.  Returns
+    the exit codes (None: the process outlived deadline_s and was
+    killed)."""
     ctx = mp.get_context("spawn")
     port = free_port()
     procs = [ctx.Process(target=_rank_main,
-                         args=(r, nprocs, port, fn, args, timeout))
-             for r in range(nprocs)]
+                         args=(r, nprocs, port, fn, args, timeout, env or {}))
+             for r in range(nprocs + extra)]
     for p in procs:
         p.start()
     codes = []
