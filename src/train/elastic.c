@@ -68,6 +68,15 @@ static void note_lost(elastic_t *e, const int *before, int nbefore,
   }
 }
 
+/* t moves onto `next`, a communicator made from its own, with its algorithm. */
+static int move_to(trainer_t *t, hoop_comm_t next, char *err, size_t errlen) {
+  hoop_algo_t algo;
+  if (hoop_comm_get_algo(t->comm, &algo) == HOOP_SUCCESS)
+    hoop_comm_set_algo(next, algo);
+  hoop_comm_destroy(t->comm);
+  return trainer_rejoin(t, next, err, errlen);
+}
+
 /* One shrink and its bookkeeping: t moves onto the survivors. */
 static int shrink_once(elastic_t *e, char *err, size_t errlen) {
   trainer_t *t = e->t;
@@ -89,11 +98,7 @@ static int shrink_once(elastic_t *e, char *err, size_t errlen) {
     free(before);
     return -1;
   }
-  hoop_algo_t algo;
-  if (hoop_comm_get_algo(t->comm, &algo) == HOOP_SUCCESS)
-    hoop_comm_set_algo(next, algo);
-  hoop_comm_destroy(t->comm);
-  int rc = trainer_rejoin(t, next, err, errlen);
+  int rc = move_to(t, next, err, errlen);
   if (rc == 0) {
     memcpy(before, e->launch_rank, (size_t)nbefore * sizeof *before);
     for (int r = 0; r < t->nranks; r++)
@@ -106,11 +111,25 @@ static int shrink_once(elastic_t *e, char *err, size_t errlen) {
   return rc;
 }
 
+/* Rank 0's state and place in the epochs, to every rank of t's. */
+static int share_place(trainer_t *t, int64_t place[2], char *err,
+                       size_t errlen) {
+  if (trainer_share_state(t, err, errlen) != 0)
+    return -1;
+  hoop_result_t res =
+      hoop_broadcast(t->comm, place, place, 2, HOOP_I64, 0, NULL);
+  if (res == HOOP_SUCCESS)
+    return 0;
+  snprintf(err, errlen, "sharing the place in the epochs: %s: %s",
+           hoop_result_name(res), hoop_comm_last_error(t->comm));
+  return -1;
+}
+
 /*
- * Shrinks until the survivors share rank 0's state and *cursor (NULL: no
- * place in an epoch to share).
+ * Shrinks until the survivors share rank 0's state and place, [epoch,
+ * cursor] (NULL: no place in the epochs to share).
  */
-static int recover(elastic_t *e, int64_t *cursor, char *err, size_t errlen) {
+static int recover(elastic_t *e, int64_t *place, char *err, size_t errlen) {
   trainer_t *t = e->t;
   double t0 = now_s();
   char why[1024];
@@ -118,16 +137,9 @@ static int recover(elastic_t *e, int64_t *cursor, char *err, size_t errlen) {
   for (int tries = 0; tries < SHRINK_TRIES; tries++) {
     if (shrink_once(e, err, errlen) != 0)
       continue;
-    hoop_result_t res = HOOP_SUCCESS;
-    if (trainer_share_state(t, err, errlen) != 0)
+    if (place != NULL ? share_place(t, place, err, errlen) != 0
+                      : trainer_share_state(t, err, errlen) != 0)
       continue;
-    if (cursor != NULL)
-      res = hoop_broadcast(t->comm, cursor, cursor, 1, HOOP_I64, 0, NULL);
-    if (res != HOOP_SUCCESS) {
-      snprintf(err, errlen, "sharing the place in the epoch: %s",
-               hoop_comm_last_error(t->comm));
-      continue;
-    }
     double took = now_s() - t0;
     if (t->rank == 0) {
       printf("hoop-train: rank(s) %s left; %d of %d ranks go on (recovered "
@@ -149,26 +161,11 @@ int elastic_recover(elastic_t *e, char *err, size_t errlen) {
   return recover(e, NULL, err, errlen);
 }
 
-/* Rank 0's state and place in the epochs, to every rank of t's. */
-static int share_place(trainer_t *t, int64_t place[2], char *err,
-                       size_t errlen) {
-  if (trainer_share_state(t, err, errlen) != 0)
-    return -1;
-  hoop_result_t res =
-      hoop_broadcast(t->comm, place, place, 2, HOOP_I64, 0, NULL);
-  if (res == HOOP_SUCCESS)
-    return 0;
-  snprintf(err, errlen, "sharing the place in the epochs: %s: %s",
-           hoop_result_name(res), hoop_comm_last_error(t->comm));
-  return -1;
-}
-
 /*
  * The members' look for newcomers.  With some, t moves onto the grown
  * communicator and they get the state.  0, or -1 with err set.
  */
-static int let_in(elastic_t *e, int epoch, int64_t cursor, char *err,
-                  size_t errlen) {
+static int let_in(elastic_t *e, int64_t place[2], char *err, size_t errlen) {
   trainer_t *t = e->t;
   hoop_comm_t next = NULL;
   int joined = 0;
@@ -190,13 +187,8 @@ static int let_in(elastic_t *e, int epoch, int64_t cursor, char *err,
   e->launch_rank = ranks;
   for (int i = 0; i < joined; i++)
     ranks[t->nranks + i] = -1;
-  hoop_algo_t algo;
-  if (hoop_comm_get_algo(t->comm, &algo) == HOOP_SUCCESS)
-    hoop_comm_set_algo(next, algo);
-  hoop_comm_destroy(t->comm);
-  if (trainer_rejoin(t, next, err, errlen) != 0)
+  if (move_to(t, next, err, errlen) != 0)
     return -1;
-  int64_t place[2] = {epoch, cursor};
   if (share_place(t, place, err, errlen) != 0)
     return -1;
   e->joined += joined;
@@ -239,10 +231,10 @@ int elastic_train_epoch(elastic_t *e, const dataset_t *d, int epoch,
     snprintf(err, errlen, "out of memory for the epoch's order");
     return -1;
   }
-  int64_t cursor = e->cursor;
+  int64_t place[2] = {epoch, e->cursor};
   e->cursor = 0;
-  while ((size_t)cursor < n) {
-    size_t at = (size_t)cursor, lo, hi;
+  while ((size_t)place[1] < n) {
+    size_t at = (size_t)place[1], lo, hi;
     size_t step = elastic_split(at, n, t->nranks, batch, t->rank, &lo, &hi);
     /*
      * The epoch's last step may have fewer samples than ranks: a rank
@@ -255,7 +247,7 @@ int elastic_train_epoch(elastic_t *e, const dataset_t *d, int epoch,
     long right = 0;
     if (trainer_step(t, d, perm + (none ? at : lo), none ? 1 : (int)(hi - lo),
                      scale, 1, &loss, &right, err, errlen) != 0) {
-      if (recover(e, &cursor, err, errlen) != 0) {
+      if (recover(e, place, err, errlen) != 0) {
         free(perm);
         return -1;
       }
@@ -266,11 +258,10 @@ int elastic_train_epoch(elastic_t *e, const dataset_t *d, int epoch,
       *correct += right;
       *samples += hi - lo;
     }
-    cursor += (int64_t)step;
+    place[1] += (int64_t)step;
     /* The optimiser's count is the same on every rank, and so the looks. */
-    if (t->opt.steps % GROW_EVERY == 0 &&
-        let_in(e, epoch, cursor, err, errlen) != 0 &&
-        recover(e, &cursor, err, errlen) != 0) {
+    if (t->opt.steps % GROW_EVERY == 0 && let_in(e, place, err, errlen) != 0 &&
+        recover(e, place, err, errlen) != 0) {
       free(perm);
       return -1;
     }
