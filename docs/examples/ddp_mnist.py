@@ -22,6 +22,12 @@ With --respawn 1, hoop-run also starts a replacement for the first rank
 lost; it joins (hoop_torch.elastic.join) when the others next look for
 newcomers, every 16 steps, and takes up rank 0's state.
 
+Without --elastic, --checkpoint FILE saves the state after each epoch and
+starts from it, which is how torchrun's restarts go on after a failure:
+
+    torchrun --standalone --nproc_per_node 4 --max_restarts 1 \
+        docs/examples/ddp_mnist.py --backend hoop --checkpoint /tmp/ck.pt
+
 The data are the MNIST-format files Debian's dataset-fashion-mnist
 installs in /usr/share/datasets/fashion-mnist (--data for others). Rank 0
 prints, per epoch, the mean training loss, the test accuracy (every rank
@@ -126,6 +132,11 @@ def parse_args():
                    help="print each epoch as a JSON line")
     p.add_argument("--elastic", action="store_true",
                    help="go on without lost ranks (hoop backend, CPU)")
+    p.add_argument("--checkpoint", metavar="FILE",
+                   help="rank 0 saves the model, optimiser and epoch there "
+                        "after each epoch, and a run that finds the file "
+                        "goes on from it (what torchrun --max-restarts "
+                        "needs)")
     return p.parse_args()
 
 
@@ -140,6 +151,13 @@ def evaluate(model, images, labels, rank, world):
                           dtype=torch.float64, device=labels.device)
     dist.all_reduce(counts)
     return (counts[0] / counts[1]).item()
+
+
+def save(path, state):
+    """torch.save to a file beside `path`, then renamed over it: a rank
+    killed while it writes leaves the last whole checkpoint."""
+    torch.save(state, path + ".tmp")
+    os.replace(path + ".tmp", path)
 
 
 def from_hoop_run():
@@ -294,6 +312,7 @@ def main():
         from hoop_torch import elastic
         joined = elastic.joining()
     if joined:
+        print("ready to join", flush=True)
         elastic.join()
     else:
         dist.init_process_group(args.backend)
@@ -311,7 +330,16 @@ def main():
                                 momentum=args.momentum)
     sampler = DistributedSampler(range(len(labels)), num_replicas=world,
                                  rank=rank, shuffle=True, seed=args.seed)
-    for epoch in range(1, args.epochs + 1):
+    first = 1
+    if args.checkpoint and os.path.exists(args.checkpoint):
+        saved = torch.load(args.checkpoint, map_location=device)
+        model.module.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+        first = saved["epoch"] + 1
+        if rank == 0:
+            print(f"going on from {args.checkpoint} after epoch "
+                  f"{saved['epoch']}", flush=True)
+    for epoch in range(first, args.epochs + 1):
         sampler.set_epoch(epoch)
         dist.barrier()
         start = time.perf_counter()
@@ -342,6 +370,10 @@ def main():
                 print(f"epoch {epoch}: loss {loss_sum / seen:.4f}, test "
                       f"accuracy {accuracy:.4f}, {rate:.0f} samples/s "
                       f"({args.backend}, {world} ranks)", flush=True)
+            if args.checkpoint:
+                save(args.checkpoint, {"model": model.module.state_dict(),
+                                       "optimizer": optimizer.state_dict(),
+                                       "epoch": epoch})
     dist.destroy_process_group()
 
 
