@@ -31,7 +31,8 @@ const struct bench_coll bench_allgather = {
     .name = "allgather",
     .kind = HOOP_COLL_ALLGATHER,
     .in_place = 1,
-    .algos = BENCH_ALGO(HOOP_ALGO_AUTO) | BENCH_ALGO(HOOP_ALGO_RING),
+    .algos = BENCH_ALGO(HOOP_ALGO_AUTO) | BENCH_ALGO(HOOP_ALGO_RING) |
+             BENCH_ALGO(HOOP_ALGO_HIER),
     .bus_factor = bench_factor_spread,
     .bus_factor_text = "(N-1)/N",
     .layout = layout,

@@ -33,7 +33,8 @@ const struct bench_coll bench_reduce_scatter = {
     .kind = HOOP_COLL_REDUCE_SCATTER,
     .reduces = 1,
     .in_place = 1,
-    .algos = BENCH_ALGO(HOOP_ALGO_AUTO) | BENCH_ALGO(HOOP_ALGO_RING),
+    .algos = BENCH_ALGO(HOOP_ALGO_AUTO) | BENCH_ALGO(HOOP_ALGO_RING) |
+             BENCH_ALGO(HOOP_ALGO_HIER),
     .bus_factor = bench_factor_spread,
     .bus_factor_text = "(N-1)/N",
     .layout = layout,

@@ -146,10 +146,13 @@ double bench_factor_spread(int nranks) {
 
 /*
  * N-1 of N blocks go out of each rank: the ring's reduce-scatter and
- * all-gather forward them, all-to-all sends all but its own.
+ * all-gather forward them, all-to-all sends all but its own.  The
+ * hierarchical schedules' busiest link is a host's: (M-1)K/M.
  */
 double bench_model_spread(hoop_algo_t algo, int nranks, int nhosts,
                           double bytes) {
+  if (algo == HOOP_ALGO_HIER)
+    return bench_factor_spread(nhosts) * bytes;
   return bench_factor_spread(nranks) * bytes;
 }
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Hierarchical against flat ring all-reduce on emulated hosts, both placements.
+"""Hierarchical against flat ring all-reduce (or reduce-scatter, all-gather)
+on emulated hosts, both placements.
 
 For each shape M hosts x L ranks, tools/netsim.sh builds M network
 namespaces behind one bridge, every host link capped at --rate each way
@@ -15,10 +16,15 @@ payload with timestamps):
   flat ring (by host): 2(N-1)K/(N B)
 
 and the bytes all ranks sent between hosts (hoop-bench -B 1) beside
-2(M-1)K and 2M(N-1)K/N. Timing follows ../shared/bench-method.md through
-hoop-bench. Needs root; always tears the namespaces down.
+2(M-1)K and 2M(N-1)K/N. --coll reducescatter or allgather runs those
+instead, with K the whole buffer (N blocks): each is one half of the
+all-reduce, bounds and bytes half as large. Timing follows
+../shared/bench-method.md through hoop-bench. Needs root; always tears the
+namespaces down.
 
   /usr/bin/python3 bench/hier_hosts.py --build build --shapes 2x2,2x3,3x2 \
+      --out FILE.md
+  /usr/bin/python3 bench/hier_hosts.py --build build --coll reducescatter \
       --out FILE.md
 """
 import statistics
@@ -32,6 +38,12 @@ from ps_vs_ring import (  # noqa: E402  (the same emulated hosts)
 
 ALGOS = ("ring", "hier")
 PLACEMENTS = ("contiguous", "cyclic")
+COLLS = ("allreduce", "reducescatter", "allgather")
+
+
+def halves(a):
+    """The all-reduce is two halves; reduce-scatter and all-gather one."""
+    return 2 if a.coll == "allreduce" else 1
 
 
 def parse_shapes(text):
@@ -50,6 +62,8 @@ def parse_args(argv):
                       "hoop-bench runs per algorithm and placement")
     p.add_argument("--shapes", type=parse_shapes, default="2x2",
                    help="hosts x ranks per host, comma-separated")
+    p.add_argument("--coll", choices=COLLS, default="allreduce",
+                   help="the collective (hoop-bench -C)")
     a = p.parse_args(argv)
     a.rate_bps = parse_rate(a.rate)
     return a
@@ -60,7 +74,7 @@ def bench_argv(a, hosts, per_host, placement, algo):
             "--netns", "hoopsim", "--ranks-per-host", str(per_host),
             *(["--cyclic"] if placement == "cyclic" else []),
             "-n", str(hosts * per_host),
-            str(a.build / "bench" / "hoop-bench"), "-a", algo,
+            str(a.build / "bench" / "hoop-bench"), "-C", a.coll, "-a", algo,
             "-b", str(a.size), "-e", str(a.size), "-n", str(a.iters),
             "-w", str(a.warmup), "-c", "1", "-B", "1"]
 
@@ -93,7 +107,7 @@ def table(a, results, payload_Bps):
     k = a.size
     for (hosts, per_host), got in results.items():
         n = hosts * per_host
-        bound = 2 * (hosts - 1) * k / hosts / payload_Bps * 1e3
+        bound = halves(a) * (hosts - 1) * k / hosts / payload_Bps * 1e3
         for placement in PLACEMENTS:
             med = {}
             for algo in ALGOS:
@@ -107,8 +121,8 @@ def table(a, results, payload_Bps):
                                  f"{algo} | failed | | | | | | |")
                     continue
                 times = [t / 1e3 for r in rows for t in r["times_us"]]
-                want = (2 * (hosts - 1) * k if algo == "hier"
-                        else round(2 * hosts * (n - 1) * k / n))
+                want = (halves(a) * (hosts - 1) * k if algo == "hier"
+                        else round(halves(a) * hosts * (n - 1) * k / n))
                 speedup = (f"{med['ring'] / med['hier']:.2f}"
                            if algo == "hier" and med["ring"] and med["hier"]
                            else "")
@@ -124,7 +138,7 @@ def main():
     a = parse_args(sys.argv[1:])
     rc, _, _ = netsim_main(
         "hier_hosts",
-        "Hierarchical against flat ring all-reduce on emulated hosts", a,
+        f"Hierarchical against flat ring {a.coll} on emulated hosts", a,
         "algorithm and placement", a.shapes,
         lambda a, shape, raw: run_shape(a, *shape, raw), table)
     return rc

@@ -102,7 +102,8 @@ typedef enum hoop_op {
  *     is an all-reduce schedule, and PS set for a job (HOOP_ALGO) still
  *     covers its broadcasts: they get the model's pick rather than an
  *     error or a fixed chain; so does HIER.
- *   reduce-scatter, all-gather: the ring, whatever the setting.
+ *   reduce-scatter, all-gather: RING the ring, HIER the hierarchical
+ *     schedule where it applies, the others the model's pick of the two.
  * hoop_comm_get_stats counts each call under the one that ran (a chain
  * under RING), never under PS for broadcast or reduce.
  */
@@ -117,7 +118,8 @@ typedef enum hoop_algo {
      HOOP_ONESHOT_BYTES; not selectable */
   HOOP_ALGO_ONESHOT = 5,
   /* All-reduce in three rings: inside each host, across the hosts, inside
-     again; for ranks on 2 or more hosts with as many (2 or more) on each */
+     again (reduce-scatter the first two, all-gather the last two); for
+     ranks on 2 or more hosts with as many (2 or more) on each */
   HOOP_ALGO_HIER = 6,
   HOOP_ALGO_COUNT
 } hoop_algo_t;

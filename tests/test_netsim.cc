@@ -289,6 +289,14 @@ TEST_F(Netsim, CyclicPlacementKeepsEveryAlgorithmRight) {
 }
 
 
+// hoop-run over the emulated hosts, `per_host` ranks on each, dealt out in
+// turn with `cyclic` (as srun's cyclic distribution places them).
+std::string HostsRun(int per_host, int n, bool cyclic) {
+  return std::string(HOOP_RUN_PATH) + " --netns hoopsim --ranks-per-host " +
+         std::to_string(per_host) + (cyclic ? " --cyclic" : "") + " -n " +
+         std::to_string(n) + " ";
+}
+
 // The hierarchical all-reduce: a ring inside each host, one across the
 // hosts, one inside again.  Right in both placements, for sizes from one
 // element to past a segment (4 MiB) and not divisible by the ranks, for
@@ -299,22 +307,19 @@ TEST_F(Netsim, CyclicPlacementKeepsEveryAlgorithmRight) {
 TEST_F(Netsim, HierarchicalAllReduceIsRightAndCrossesLess) {
   REQUIRE_BENCH();
   std::string bench = std::string(HOOP_BENCH_PATH) + " -n 2 -w 1 -c 1 ";
-  auto run = [](int per_host, int n, bool cyclic) {
-    return std::string(HOOP_RUN_PATH) + " --netns hoopsim --ranks-per-host " +
-           std::to_string(per_host) + (cyclic ? " --cyclic" : "") + " -n " +
-           std::to_string(n) + " ";
-  };
   std::string two_hosts = "true";
   for (bool cyclic : {false, true})
-    two_hosts += " && " + run(2, 4, cyclic) + bench +
-                 "-b 4 -e 128K -f 32 -B 1 -a hier && " + run(2, 4, cyclic) +
-                 bench + "-b 9437188 -e 9437188 -B 1 -a hier";
-  two_hosts += " && " + run(2, 4, true) + bench +
+    two_hosts += " && " + HostsRun(2, 4, cyclic) + bench +
+                 "-b 4 -e 128K -f 32 -B 1 -a hier && " +
+                 HostsRun(2, 4, cyclic) + bench +
+                 "-b 9437188 -e 9437188 -B 1 -a hier";
+  two_hosts += " && " + HostsRun(2, 4, true) + bench +
                "-b 1K -e 32K -f 32 -d double -o avg -a hier && " +
-               run(2, 4, false) + bench + "-b 3 -e 3 -d int8 -o max -a hier";
-  two_hosts += " && " + run(3, 6, true) + bench +
+               HostsRun(2, 4, false) + bench +
+               "-b 3 -e 3 -d int8 -o max -a hier";
+  two_hosts += " && " + HostsRun(3, 6, true) + bench +
                "-b 4 -e 128K -f 32 -B 1 -a hier";
-  two_hosts += " && " + run(2, 3, false) + bench +
+  two_hosts += " && " + HostsRun(2, 3, false) + bench +
                "-b 4K -e 4K -B 1 -a hier";
   Output out = run_shell(kNetsim + " run 2 1gbit -- sh -c '" + two_hosts + "'");
   ASSERT_EQ(out.status, 0) << out.text;
@@ -326,14 +331,78 @@ TEST_F(Netsim, HierarchicalAllReduceIsRightAndCrossesLess) {
       << out.text;
 
   Output three = run_shell(kNetsim + " run 3 1gbit -- sh -c '" +
-                           run(2, 6, false) + bench +
+                           HostsRun(2, 6, false) + bench +
                            "-b 4 -e 128K -f 32 -B 1 -a hier && " +
-                           run(2, 6, true) + bench +
+                           HostsRun(2, 6, true) + bench +
                            "-b 1M -e 1M -B 1 -a hier'");
   ASSERT_EQ(three.status, 0) << three.text;
   EXPECT_TRUE(HoopsimNamespaces().empty());
   EXPECT_EQ(CheckedBenchRows(three.text), 5) << three.text;
   EXPECT_EQ(CheckOffHostBytes(three.text, "hier", 4), 5) << three.text;
+}
+
+// Hierarchical reduce-scatter and all-gather: rings inside each host over
+// the blocks of every host's ranks, and one across the hosts among the
+// ranks of each place.  Right against hoop-bench's own reference in both
+// placements, out of place and in place, for no element, one and odd
+// counts a rank, past a segment (4 MiB), for other dtypes and ops, on 2
+// hosts of 2 and 3, 3 hosts of 2 and 4 hosts of 2; across M hosts their
+// ranks send (M-1)K between them, all together, where the flat ring
+// sends 2(N-1)K/N per crossing host link (1.5K on 2 hosts of 2).  With
+// hosts of unequal size they are the ring.
+TEST_F(Netsim, HierarchicalReduceScatterAndAllGatherAreRightAndCrossLess) {
+  REQUIRE_BENCH();
+  std::string bench = std::string(HOOP_BENCH_PATH) + " -n 2 -w 1 -c 1 ";
+  // Sizes are the whole buffer: 0, 8, 256 and 8,192 floats a rank, then
+  // 1,001 and 589,825 (two segments).
+  const char *sizes[] = {"-b 4 -e 128K -f 32", "-b 16016 -e 16016",
+                         "-b 9437200 -e 9437200"};
+  std::string two_hosts = "true";
+  for (const char *coll : {"reducescatter", "allgather"}) {
+    for (bool cyclic : {false, true})
+      for (const char *size : sizes)
+        two_hosts += " && " + HostsRun(2, 4, cyclic) + bench + "-C " + coll +
+                     " " + size + " -B 1 -a hier";
+    two_hosts += " && " + HostsRun(3, 6, true) + bench + "-C " + coll +
+                 " -b 4 -e 128K -f 32 -B 1 -a hier";
+  }
+  two_hosts += " && " + HostsRun(2, 4, true) + bench +
+               "-C reducescatter -b 1K -e 32K -f 32 -d double -o avg -B 1 "
+               "-a hier && " +
+               HostsRun(2, 4, false) + bench +
+               "-C reducescatter -b 4 -e 4 -d int8 -o max -B 1 -a hier && " +
+               HostsRun(2, 4, true) + bench +
+               "-C allgather -b 1K -e 32K -f 32 -d int64 -B 1 -a hier";
+  two_hosts += " && " + HostsRun(2, 3, false) + bench +
+               "-C reducescatter -b 4K -e 4K -B 1 -a hier";
+  Output out = run_shell(kNetsim + " run 2 1gbit -- sh -c '" + two_hosts + "'");
+  ASSERT_EQ(out.status, 0) << out.text;
+  // Per collective: (4 sizes, 16016, 9437200) twice, 4 sizes on 2 x 3;
+  // then 2, 1 and 2; then 1 on hosts of 2 and 1.
+  EXPECT_EQ(CheckedBenchRows(out.text), 2 * (6 * 2 + 4) + 5 + 1) << out.text;
+  EXPECT_EQ(CheckOffHostBytes(out.text, "hier", 1), 2 * (6 * 2 + 4) + 5)
+      << out.text;
+  EXPECT_EQ(hooptest::bench_rows(out.text, "[0] ").back().at(18), "ring")
+      << out.text;
+
+  Output more = run_shell(
+      kNetsim + " run 3 1gbit -- sh -c '" + HostsRun(2, 6, false) + bench +
+      "-C reducescatter -b 4 -e 128K -f 32 -B 1 -a hier && " +
+      HostsRun(2, 6, true) + bench +
+      "-C allgather -b 16008 -e 16008 -B 1 -a hier'");
+  ASSERT_EQ(more.status, 0) << more.text;
+  EXPECT_EQ(CheckedBenchRows(more.text), 5) << more.text;
+  EXPECT_EQ(CheckOffHostBytes(more.text, "hier", 2), 5) << more.text;
+
+  Output four = run_shell(
+      kNetsim + " run 4 1gbit -- sh -c '" + HostsRun(2, 8, true) + bench +
+      "-C reducescatter -b 32 -e 32K -f 32 -B 1 -a hier && " +
+      HostsRun(2, 8, false) + bench +
+      "-C allgather -b 32 -e 32K -f 32 -B 1 -a hier'");
+  ASSERT_EQ(four.status, 0) << four.text;
+  EXPECT_TRUE(HoopsimNamespaces().empty());
+  EXPECT_EQ(CheckedBenchRows(four.text), 6) << four.text;
+  EXPECT_EQ(CheckOffHostBytes(four.text, "hier", 3), 6) << four.text;
 }
 
 }  // namespace

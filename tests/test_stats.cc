@@ -642,9 +642,10 @@ hoop_algo_t counted_under(RankLog &log, hoop_comm_t comm, hoop_coll_t coll) {
   return calls == 1 ? found : HOOP_ALGO_COUNT;
 }
 
-// The hierarchical all-reduce needs 2 hosts or more with as many ranks on
-// each; on one host it is the ring (hoop.h), and runs, counts and is
-// priced as the ring, with the sum right at every rank.
+// The hierarchical all-reduce, reduce-scatter and all-gather need 2 hosts
+// or more with as many ranks on each; on one host they are the ring
+// (hoop.h), and run, count and are priced as the ring, with the results
+// right at every rank.
 TEST(StatsHier, OnOneHostHierRunsCountsAndIsPricedAsTheRing) {
   RunResult r = run_ranks(3, [](RankLog &log, hoop_comm_t comm, int rank,
                                 int nranks) {
@@ -677,7 +678,42 @@ TEST(StatsHier, OnOneHostHierRunsCountsAndIsPricedAsTheRing) {
                                      HOOP_ALGO_RING, 1 << 20, &ring));
     RANK_EXPECT(log, hier == ring, "hier priced %g s, the ring %g s", hier,
                 ring);
-    (void)nranks;
+    // Reduce-scatter and all-gather likewise, block `rank` of the sum and
+    // every rank's block.
+    std::vector<float> all(count * nranks), block(count);
+    for (size_t i = 0; i < all.size(); i++)
+      all[i] = float(rank * 1000 + (int)i);
+    RANK_EXPECT_OK(log, comm, hoop_comm_reset_stats(comm));
+    RANK_EXPECT_OK(log, comm,
+                   hoop_reduce_scatter(comm, all.data(), block.data(), count,
+                                       HOOP_F32, HOOP_SUM, nullptr));
+    wrong = 0;
+    for (size_t i = 0; i < count; i++)
+      wrong += block[i] != float(3000 + 3 * (rank * (int)count + (int)i));
+    RANK_EXPECT(log, wrong == 0, "reduce-scatter: %zu of %zu sums wrong",
+                wrong, count);
+    for (size_t i = 0; i < count; i++)
+      block[i] = float(rank * 1000 + (int)i);
+    RANK_EXPECT_OK(log, comm, hoop_allgather(comm, block.data(), all.data(),
+                                             count, HOOP_F32, nullptr));
+    wrong = 0;
+    for (size_t i = 0; i < all.size(); i++)
+      wrong += all[i] != float((int)(i / count) * 1000 + (int)(i % count));
+    RANK_EXPECT(log, wrong == 0, "all-gather: %zu of %zu elements wrong",
+                wrong, all.size());
+    for (hoop_coll_t coll : {HOOP_COLL_REDUCE_SCATTER, HOOP_COLL_ALLGATHER}) {
+      ran = counted_under(log, comm, coll);
+      RANK_EXPECT(log, ran == HOOP_ALGO_RING, "%s counted under %s",
+                  coll == HOOP_COLL_ALLGATHER ? "all-gather"
+                                              : "reduce-scatter",
+                  hoop_algo_name(ran));
+      RANK_EXPECT_OK(log, comm, hoop_comm_predict(comm, coll, HOOP_ALGO_HIER,
+                                                  1 << 20, &hier));
+      RANK_EXPECT_OK(log, comm, hoop_comm_predict(comm, coll, HOOP_ALGO_RING,
+                                                  1 << 20, &ring));
+      RANK_EXPECT(log, hier == ring, "hier priced %g s, the ring %g s", hier,
+                  ring);
+    }
   });
   EXPECT_TRUE(r.all_ok()) << describe(r);
 }

@@ -94,8 +94,9 @@ struct hoop_comm;
 
 /*
  * Hierarchical all-reduce (hier.c): a ring inside each host, one across
- * the hosts, one inside again.  It applies where there are 2 hosts or
- * more with as many ranks (2 or more) on each (comm->ranks_per_host).
+ * the hosts, one inside again; reduce-scatter the first two, all-gather
+ * the last two.  It applies where there are 2 hosts or more with as many
+ * ranks (2 or more) on each (comm->ranks_per_host).
  */
 int hoop__hier_applies(const struct hoop_comm *comm);
 

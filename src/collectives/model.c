@@ -138,7 +138,8 @@ static double host_bytes(const struct hoop_comm *comm, hoop_coll_t coll,
  * An all-reduce across hosts with several ranks each, whose ranks share
  * their host's link: the hops and link bytes above assume a link per rank.
  * The ring follows the hosts (topology.c), so of its 2(N-1) sequential
- * hops only the share that crosses hosts, M of every N, pays the network's
+ * hops (N-1 for reduce-scatter and all-gather, which go the same way)
+ * only the share that crosses hosts, M of every N, pays the network's
  * latency (a hop between cores has no price here), and each host's link
  * carries one ring edge each way, as one rank's would.  The trees are laid
  * out by rank: a host's link carries every half-buffer its ranks exchange
@@ -207,33 +208,72 @@ static void shared_links(const struct hoop_comm *comm, hoop_algo_t algo,
  * (4 B-2 KiB); from 16 KiB it was the fastest (110-132 us, the ring
  * 196).  Priced like the ring, it won the model at every size there.
  */
-static double hier_seconds(const struct hoop_comm *comm, double k) {
+static double hier_seconds(const struct hoop_comm *comm, hoop_coll_t coll,
+                           double k) {
   double m = comm->nhosts, l = comm->ranks_per_host;
-  double across = 2 * (m - 1) / m * k * comm->beta_s;
+  /*
+   * Reduce-scatter and all-gather are one half each of the all-reduce:
+   * (M-1)K/M across, (L-1)K/L copied by each rank inside, half the hops.
+   * But reduce-scatter's M rings inside a host run one after another
+   * (hier.c), (L-1) hops each.
+   */
+  double halves = coll == HOOP_COLL_REDUCE_SCATTER ||
+                          coll == HOOP_COLL_ALLGATHER
+                      ? 1
+                      : 2;
+  double inside_hops = coll == HOOP_COLL_REDUCE_SCATTER ? m * (l - 1)
+                                                        : halves * (l - 1);
+  double across = halves * (m - 1) / m * k * comm->beta_s;
   double cores = comm->host_cores < l ? comm->host_cores : l;
-  double per_rank = 2 * (l - 1) / l * k;
+  double per_rank = halves * (l - 1) / l * k;
   double inside = (per_rank > per_rank * l / cores ? per_rank
                                                   : per_rank * l / cores) *
                   comm->host_beta_s;
   double segments = (double)hoop__hier_segments((size_t)k);
-  return 2 * ((m - 1) * segments + l - 1) * comm->alpha_s +
+  return (halves * (m - 1) * segments + inside_hops) * comm->alpha_s +
          (across > inside ? across : inside) + inside / segments;
+}
+
+/* The collectives that the hierarchical schedules cover. */
+static int hier_covers(hoop_coll_t coll) {
+  return coll == HOOP_COLL_ALLREDUCE || coll == HOOP_COLL_BARRIER ||
+         coll == HOOP_COLL_REDUCE_SCATTER || coll == HOOP_COLL_ALLGATHER;
 }
 
 double hoop__predict(const struct hoop_comm *comm, hoop_coll_t coll,
                      hoop_algo_t algo, size_t bytes) {
   double n = comm->nranks, k = (double)bytes;
   if (algo == HOOP_ALGO_HIER && hoop__hier_applies(comm) &&
-      (coll == HOOP_COLL_ALLREDUCE || coll == HOOP_COLL_BARRIER))
-    return hier_seconds(comm, k);
+      hier_covers(coll))
+    return hier_seconds(comm, coll, k);
   double nhops = hops(coll, algo, n);
   if (comm->single_host)
     return nhops * comm->alpha_s +
            host_bytes(comm, coll, algo, n, k) * comm->host_beta_s;
   double nbytes = link_bytes(coll, algo, n, k);
-  if (coll == HOOP_COLL_ALLREDUCE || coll == HOOP_COLL_BARRIER)
+  if (coll == HOOP_COLL_ALLREDUCE || coll == HOOP_COLL_BARRIER ||
+      (hier_covers(coll) && algo == HOOP_ALGO_RING))
     shared_links(comm, algo, k, &nhops, &nbytes);
   return nhops * comm->alpha_s + nbytes * comm->beta_s;
+}
+
+/*
+ * Reduce-scatter and all-gather have the ring and, across hosts of equal
+ * size, the hierarchical schedule: `hier` runs it, the other settings but
+ * `ring` the cheaper of the two (one setting covers every collective, as
+ * for broadcast and reduce below).
+ */
+static hoop_algo_t spread_algo(const struct hoop_comm *comm,
+                               hoop_algo_t setting, hoop_coll_t coll,
+                               size_t bytes) {
+  if (setting == HOOP_ALGO_RING || !hoop__hier_applies(comm))
+    return HOOP_ALGO_RING;
+  if (setting == HOOP_ALGO_HIER)
+    return HOOP_ALGO_HIER;
+  return hoop__predict(comm, coll, HOOP_ALGO_HIER, bytes) <
+                 hoop__predict(comm, coll, HOOP_ALGO_RING, bytes)
+             ? HOOP_ALGO_HIER
+             : HOOP_ALGO_RING;
 }
 
 hoop_algo_t hoop__choose_algo(const struct hoop_comm *comm,
@@ -241,7 +281,7 @@ hoop_algo_t hoop__choose_algo(const struct hoop_comm *comm,
                               size_t bytes) {
   int rooted = coll == HOOP_COLL_BROADCAST || coll == HOOP_COLL_REDUCE;
   if (coll == HOOP_COLL_REDUCE_SCATTER || coll == HOOP_COLL_ALLGATHER)
-    return HOOP_ALGO_RING;
+    return spread_algo(comm, setting, coll, bytes);
   if (setting == HOOP_ALGO_RING || setting == HOOP_ALGO_TREE)
     return setting;
   if (setting == HOOP_ALGO_PS && !rooted)

@@ -20,8 +20,9 @@ double hoop__predict(const struct hoop_comm *comm, hoop_coll_t coll,
 /*
  * What `setting` (the communicator's, when the call was made) runs for
  * the call: the setting itself where the collective has that schedule,
- * else the model's cheapest (AUTO, and PS for broadcast and reduce);
- * reduce-scatter and all-gather always the ring.  Never PS for a rooted
+ * else the model's cheapest (AUTO, and PS for broadcast and reduce;
+ * every setting but ring for reduce-scatter and all-gather, whose
+ * schedules are the ring and the hierarchical one).  Never PS for a rooted
  * collective, so that the header and the counters name what ran.
  */
 hoop_algo_t hoop__choose_algo(const struct hoop_comm *comm,

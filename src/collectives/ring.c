@@ -99,15 +99,26 @@ static int chunk_at(const struct hoop_ring_call *call, int p) {
   return call->chunks != NULL ? call->chunks[p] : p;
 }
 
+/* Where chunk number `chunk` lies (see hoop_ring_call.stride). */
+static void chunk_span(const struct hoop_ring_call *call, int chunk,
+                       size_t *off, size_t *len) {
+  if (call->stride == 0) {
+    hoop__ring_chunk(call->count, call->n, chunk, off, len);
+    return;
+  }
+  *off = (size_t)chunk * call->stride;
+  *len = call->count / (size_t)call->n;
+}
+
 /*
  * Elements [*off, *off + *len) of chunk `chunk` that channel `ch` carries.
  * The schedule numbers chunks by ring place; chunk_at names the chunk at
  * a place, so reduce-scatter leaves each rank its own.
  */
-static void channel_part(const struct hoop_ring_call *call, int n, int chunk,
-                         int ch, size_t *off, size_t *len) {
+static void channel_part(const struct hoop_ring_call *call, int chunk, int ch,
+                         size_t *off, size_t *len) {
   size_t coff, clen;
-  hoop__ring_chunk(call->count, n, chunk, &coff, &clen);
+  chunk_span(call, chunk, &coff, &clen);
   size_t nch = (size_t)call->nchannels;
   size_t lo = clen * (size_t)ch / nch, hi = clen * (size_t)(ch + 1) / nch;
   *off = coff + lo;
@@ -199,13 +210,13 @@ static size_t describe_steps(const struct hoop_plan *plan,
    * whole buffer: their element offsets are relative to this rank's block.
    */
   size_t own_off, own_len;
-  hoop__ring_chunk(call->count, n, own, &own_off, &own_len);
+  chunk_span(call, own, &own_off, &own_len);
   size_t send_bias = call->coll == HOOP_COLL_ALLGATHER ? own_off : 0;
   size_t recv_bias = call->coll == HOOP_COLL_REDUCE_SCATTER ? own_off : 0;
   size_t longest = 0;
   for (int k = 0; k <= rc->nsteps; k++) {
     size_t off, len;
-    channel_part(call, n,
+    channel_part(call,
                  chunk_at(call, hoop__ring_out_chunk(call->coll, place, n, k)),
                  ch, &off, &len);
     struct ring_step *s = &rc->steps[k];

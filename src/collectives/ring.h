@@ -48,6 +48,13 @@ struct hoop_ring_call {
   const int *ranks;
   const int *chunks;
   /*
+   * 0: chunk c is part c of count split n ways (hoop__ring_chunk).  Else
+   * it is count / n elements from c x stride: then chunks may name any
+   * block of a buffer cut into more than n of them, as hier.c's rings
+   * among a host's ranks do, each over one block per rank of some host.
+   */
+  size_t stride;
+  /*
    * A ring that is one phase of a larger plan: its ticks start at
    * tick_base (so that rings sharing a link keep their order), its ops
    * count into `group` and wait for the groups up to `gate` (engine.h).

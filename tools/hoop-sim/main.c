@@ -1,5 +1,6 @@
 /*
- * hoop-sim: predicts all-reduce times and link traffic for up to 4,096
+ * hoop-sim: predicts all-reduce (or reduce-scatter, all-gather) times and
+ * link traffic for up to 4,096
  * ranks (and more) on M hosts of L ranks, from the library's own plans
  * run through a discrete-event model of the links (sim.h says what it
  * models and what it leaves out).  Prints a table per algorithm with the
@@ -8,6 +9,7 @@
  *
  *   hoop-sim --hosts 64 --ranks-per-host 8 -a all --sizes 4K,1M,64M,1G
  *   hoop-sim -n 8 -b 4K -e 1G -f 4 -a ring --link-rate 1gbit
+ *   hoop-sim --hosts 2 --ranks-per-host 2 -C reducescatter --sizes 64M
  */
 #include <errno.h>
 #include <getopt.h>
@@ -28,6 +30,7 @@ static void usage(FILE *f) {
   fprintf(f,
 "usage: hoop-sim [-n ranks | --hosts M] [--ranks-per-host L]\n"
 "                [--placement contiguous|cyclic]\n"
+"                [-C allreduce|reducescatter|allgather]\n"
 "                [-a ring|tree|ps|hier|auto|all]\n"
 "                [-b min] [-e max] [-f factor] [--sizes 4K,1M,...]\n"
 "                [--link-rate R] [--link-latency T] [--shm-rate R]\n"
@@ -35,7 +38,7 @@ static void usage(FILE *f) {
 "                [--model-alpha T] [--model-link-rate R]\n"
 "                [--model-host-rate R] [--model-cores C]\n"
 "\n"
-"Builds every rank's all-reduce plan with hoop's own builders (ring.c,\n"
+"Builds every rank's plan of the call with hoop's own builders (ring.c,\n"
 "tree.c, ps.c, hier.c) for a communicator held in memory, and runs the\n"
 "plans' ops through a discrete-event model: each host has one NIC (rate and\n"
 "latency, each direction on its own, first come first served) for\n"
@@ -53,6 +56,9 @@ static void usage(FILE *f) {
 "  --hosts M, --ranks-per-host L   N = M x L (default 1 x 8)\n"
 "  --placement P       contiguous (rank r on host r / L, default) or\n"
 "                      cyclic (host r %% M)\n"
+"  -C COLL             allreduce (default), reducescatter or allgather\n"
+"                      (these two: ring and hier; sizes are the whole\n"
+"                      buffer, rounded down to N blocks of floats)\n"
 "  -a ALGO             ring, tree, ps, hier, auto (the cost model's pick),\n"
 "                      or all (those that apply, then auto against the\n"
 "                      fastest)\n"
@@ -139,6 +145,29 @@ static int parse_int(const char *text, const char *what) {
   return (int)v;
 }
 
+/* -C's names, as hoop-bench's. */
+static const struct {
+  const char *name;
+  hoop_coll_t coll;
+} coll_names[] = {{"allreduce", HOOP_COLL_ALLREDUCE},
+                  {"reducescatter", HOOP_COLL_REDUCE_SCATTER},
+                  {"allgather", HOOP_COLL_ALLGATHER}};
+
+static hoop_coll_t parse_coll(const char *text) {
+  for (size_t i = 0; i < sizeof coll_names / sizeof *coll_names; i++)
+    if (strcmp(text, coll_names[i].name) == 0)
+      return coll_names[i].coll;
+  die("-C %s: allreduce, reducescatter or allgather", text);
+  return HOOP_COLL_ALLREDUCE;
+}
+
+static const char *coll_text(hoop_coll_t coll) {
+  for (size_t i = 0; i < sizeof coll_names / sizeof *coll_names; i++)
+    if (coll_names[i].coll == coll)
+      return coll_names[i].name;
+  return "?";
+}
+
 static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -161,12 +190,14 @@ static void size_text(size_t b, char *buf, size_t len) {
  * ring the most a rank sent (2(N-1)K/N), for the tree likewise (its
  * busiest rank's), for the server what went through rank 0 (2(N-1)K),
  * for the hierarchical all-reduce the busiest host link, one way
- * (2(M-1)K/M).
+ * (2(M-1)K/M).  Reduce-scatter and all-gather move half of the ring's and
+ * the hierarchical all-reduce's.
  */
 static void rank_bytes(const struct hoop_sim_config *cfg, hoop_algo_t a,
                        const struct hoop_sim_result *r, size_t bytes,
                        double *sim, double *cf) {
   double n = (double)cfg->hosts * cfg->ranks_per_host, k = (double)bytes;
+  double halves = cfg->coll == HOOP_COLL_ALLREDUCE ? 2 : 1;
   if (a == HOOP_ALGO_PS) {
     *sim = (double)r->root_moved;
     *cf = 2 * (n - 1) * k;
@@ -178,25 +209,29 @@ static void rank_bytes(const struct hoop_sim_config *cfg, hoop_algo_t a,
     *cf = k;
   } else if (a == HOOP_ALGO_HIER) {
     *sim = (double)r->max_nic_bytes;
-    *cf = 2.0 * (cfg->hosts - 1) / cfg->hosts * k;
+    *cf = halves * (cfg->hosts - 1) / cfg->hosts * k;
   } else {
     *sim = (double)r->max_rank_sent;
-    *cf = 2 * (n - 1) / n * k;
+    *cf = halves * (n - 1) / n * k;
   }
 }
 
 static void table_header(const struct hoop_sim_config *cfg, hoop_algo_t a) {
+  int half = cfg->coll != HOOP_COLL_ALLREDUCE;
+  const char *hier = half ? "max host link, cf (M-1)K/M"
+                          : "max host link, cf 2(M-1)K/M";
+  const char *ring = half ? "max rank sent, cf (N-1)K/N"
+                          : "max rank sent, cf 2(N-1)K/N";
   const char *what = a == HOOP_ALGO_PS     ? "root sent+recv, cf 2(N-1)K"
                      : a == HOOP_ALGO_TREE ? "max rank sent, cf 2K (N>=5)"
-                     : a == HOOP_ALGO_HIER ? "max host link, cf 2(M-1)K/M"
-                                           : "max rank sent, cf 2(N-1)K/N";
-  printf("\n# %s: time and algbw simulated; cf_us the closed form; "
-         "rank_bytes = %s\n", hoop_algo_name(a),
+                     : a == HOOP_ALGO_HIER ? hier
+                                           : ring;
+  printf("\n# %s %s: time and algbw simulated; cf_us the closed form; "
+         "rank_bytes = %s\n", coll_text(cfg->coll), hoop_algo_name(a),
          what);
   printf("%10s %8s %14s %10s %14s %7s %14s %14s %14s %14s %10s %5s\n",
          "bytes", "algo", "time_us", "algbw_GB/s", "cf_us", "sim/cf",
          "rank_bytes", "cf_bytes", "max_nic", "cross_host", "ops", "scale");
-  (void)cfg;
 }
 
 int main(int argc, char **argv) {
@@ -230,9 +265,11 @@ int main(int argc, char **argv) {
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
   int ch;
-  while ((ch = getopt_long(argc, argv, "n:a:b:e:f:h", longopts, NULL)) != -1) {
+  while ((ch = getopt_long(argc, argv, "n:a:b:e:f:hC:", longopts, NULL)) !=
+         -1) {
     switch (ch) {
     case 'n': nranks = parse_int(optarg, "-n"); break;
+    case 'C': cfg.coll = parse_coll(optarg); break;
     case 'a': algo_arg = optarg; break;
     case 'b': min_b = parse_size(optarg); break;
     case 'e': max_b = parse_size(optarg); break;
@@ -294,9 +331,12 @@ int main(int argc, char **argv) {
   hoop_algo_t algos[4];
   int nalgos = 0, with_auto = 0;
   if (strcmp(algo_arg, "all") == 0) {
-    algos[0] = HOOP_ALGO_RING, algos[1] = HOOP_ALGO_TREE;
-    algos[2] = HOOP_ALGO_PS;
-    nalgos = 3;
+    algos[nalgos++] = HOOP_ALGO_RING;
+    /* Reduce-scatter and all-gather have no tree or server. */
+    if (cfg.coll == HOOP_COLL_ALLREDUCE) {
+      algos[nalgos++] = HOOP_ALGO_TREE;
+      algos[nalgos++] = HOOP_ALGO_PS;
+    }
     /* Elsewhere the hierarchical all-reduce is the ring. */
     if (hosts >= 2 && per_host >= 2)
       algos[nalgos++] = HOOP_ALGO_HIER;
@@ -320,12 +360,15 @@ int main(int argc, char **argv) {
     for (size_t b = min_b; b <= max_b && nsizes < MAX_SIZES; b *= factor)
       sizes[nsizes++] = b;
   }
-  for (int i = 0; i < nsizes; i++)
-    sizes[i] &= ~(size_t)3; /* whole floats */
-
   int n = hosts * per_host;
-  printf("# hoop-sim: %d ranks (%d hosts x %d), %s placement\n", n, hosts,
-         per_host, cfg.cyclic ? "cyclic" : "contiguous");
+  /* Whole floats; for reduce-scatter and all-gather, N blocks of them. */
+  size_t unit = cfg.coll == HOOP_COLL_ALLREDUCE ? 4 : 4 * (size_t)n;
+  for (int i = 0; i < nsizes; i++)
+    sizes[i] -= sizes[i] % unit;
+
+  printf("# hoop-sim: %s, %d ranks (%d hosts x %d), %s placement\n",
+         coll_text(cfg.coll), n, hosts, per_host,
+         cfg.cyclic ? "cyclic" : "contiguous");
   printf("# NIC %.4g GB/s each way, latency %.3g us; memory link %.4g GB/s, "
          "latency %.3g us; slice %zu; max ops %llu\n",
          cfg.link_rate / 1e9, cfg.link_latency * 1e6, cfg.shm_rate / 1e9,
@@ -344,8 +387,8 @@ int main(int argc, char **argv) {
       struct hoop_sim_result r = {0};
       char err[256] = "", sz[32];
       size_text(sizes[i], sz, sizeof sz);
-      if (hoop_sim_allreduce(&cfg, algos[ai], sizes[i], &r, err,
-                             sizeof err) != 0) {
+      if (hoop_sim_call(&cfg, algos[ai], sizes[i], &r, err, sizeof err) !=
+          0) {
         printf("%10s %8s failed: %s\n", sz, hoop_algo_name(algos[ai]),
                err);
         failed = 1;
@@ -387,8 +430,7 @@ int main(int argc, char **argv) {
         done = algos[ai] == pick ? ai : done;
       if (done >= 0)
         r.time_s = took[done][i];
-      else if (hoop_sim_allreduce(&cfg, pick, sizes[i], &r, err,
-                                  sizeof err)) {
+      else if (hoop_sim_call(&cfg, pick, sizes[i], &r, err, sizeof err)) {
         printf("%10s %8s failed: %s\n", sz, hoop_algo_name(pick), err);
         failed = 1;
         continue;

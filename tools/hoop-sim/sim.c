@@ -29,6 +29,7 @@
 
 void hoop_sim_config_default(struct hoop_sim_config *cfg) {
   *cfg = (struct hoop_sim_config){
+      .coll = HOOP_COLL_ALLREDUCE,
       .hosts = 1,
       .ranks_per_host = 8,
       .link_rate = 10e9 / 8,   /* 10 Gbit/s */
@@ -126,8 +127,7 @@ hoop_algo_t hoop_sim_auto_choice(const struct hoop_sim_config *cfg,
   struct hoop_comm *c = comm_make(cfg, NULL, 0);
   if (c == NULL)
     return HOOP_ALGO_AUTO;
-  hoop_algo_t a = hoop__choose_algo(c, HOOP_ALGO_AUTO, HOOP_COLL_ALLREDUCE,
-                                    bytes);
+  hoop_algo_t a = hoop__choose_algo(c, HOOP_ALGO_AUTO, cfg->coll, bytes);
   comm_free(c);
   return a;
 }
@@ -142,15 +142,19 @@ static char *fake_address(void) {
   return (char *)(uintptr_t)((uintptr_t)1 << 40);
 }
 
-static hoop_result_t build_rank(struct hoop_comm *comm, int rank,
-                                hoop_algo_t algo, size_t count,
+static hoop_result_t build_rank(struct hoop_comm *comm, hoop_coll_t coll,
+                                int rank, hoop_algo_t algo, size_t count,
                                 struct hoop_plan *plan) {
   comm->rank = rank;
   hoop__plan_init(plan, comm, HOOP_F32, HOOP_SUM);
   char *buf = fake_address();
+  /* In place: this rank's block of the whole buffer, for the halves. */
+  char *own = buf + (size_t)rank * (count / (size_t)comm->nranks) * 4;
   struct hoop_call c = {
-      .coll = HOOP_COLL_ALLREDUCE, .setting = algo, .algo = algo,
-      .send = buf, .recv = buf, .count = count, .bytes = count * 4,
+      .coll = coll, .setting = algo, .algo = algo,
+      .send = coll == HOOP_COLL_ALLGATHER ? own : buf,
+      .recv = coll == HOOP_COLL_REDUCE_SCATTER ? own : buf,
+      .count = count, .bytes = count * 4,
       .dtype = HOOP_F32, .op = HOOP_SUM, .elem_size = 4, .root = 0,
       .slice_bytes = comm->slice_bytes / 4 * 4};
   return hoop__collective_build(plan, &c);
@@ -183,9 +187,9 @@ static uint64_t max_scale(const struct hoop_comm *comm, hoop_algo_t algo,
  * up among the plan's, so a server of N-1 peers pays N per op), which
  * grow as 1/s; the least power of two that keeps both within budget.
  */
-static hoop_result_t choose_scale(struct hoop_comm *comm, hoop_algo_t algo,
-                                  size_t count, uint64_t max_ops,
-                                  uint64_t *scale) {
+static hoop_result_t choose_scale(struct hoop_comm *comm, hoop_coll_t coll,
+                                  hoop_algo_t algo, size_t count,
+                                  uint64_t max_ops, uint64_t *scale) {
   int n = comm->nranks;
   uint64_t smax = max_scale(comm, algo, count);
   *scale = 1;
@@ -198,8 +202,8 @@ static hoop_result_t choose_scale(struct hoop_comm *comm, hoop_algo_t algo,
     if (i > 0 && (sample[i] == 0 || (i > 1 && sample[i] == sample[i - 1])))
       continue;
     struct hoop_plan plan;
-    hoop_result_t res = build_rank(comm, sample[i], algo, count / smax,
-                                   &plan);
+    hoop_result_t res = build_rank(comm, coll, sample[i], algo,
+                                   count / smax, &plan);
     double ops = plan.nops, work = (double)plan.nops * plan.nlinks;
     hoop__plan_free(&plan);
     HOOP_CHECK(res);
@@ -713,9 +717,22 @@ out:
 
 /* ---- the call ------------------------------------------------------------ */
 
+/* Reduce-scatter's and all-gather's, one half of the all-reduce's. */
+static double half_closed_form(const struct hoop_sim_config *cfg,
+                               hoop_algo_t algo, double n, double k) {
+  if (cfg->hosts == 1)
+    return (n - 1) * (cfg->shm_latency + k / cfg->shm_rate);
+  if (algo == HOOP_ALGO_HIER)
+    return (cfg->hosts - 1.0) *
+           (cfg->link_latency + k / cfg->hosts / cfg->link_rate);
+  return (n - 1) * (cfg->link_latency + k / n / cfg->link_rate);
+}
+
 double hoop_sim_closed_form(const struct hoop_sim_config *cfg,
                             hoop_algo_t algo, size_t bytes) {
   double n = (double)cfg->hosts * cfg->ranks_per_host, k = (double)bytes;
+  if (cfg->coll != HOOP_COLL_ALLREDUCE)
+    return half_closed_form(cfg, algo, n, k);
   double depth = floor(log2(n > 1 ? n : 2));
   double hops = algo == HOOP_ALGO_TREE      ? 2 * depth
                 : algo == HOOP_ALGO_PS      ? 2
@@ -741,9 +758,34 @@ double hoop_sim_closed_form(const struct hoop_sim_config *cfg,
   return hops * cfg->link_latency + link / cfg->link_rate;
 }
 
-int hoop_sim_allreduce(const struct hoop_sim_config *cfg, hoop_algo_t algo,
-                       size_t bytes, struct hoop_sim_result *res, char *err,
-                       size_t errlen) {
+/* Whether cfg->coll is one hoop-sim runs, with `algo`; else why not. */
+static int check_call(const struct hoop_sim_config *cfg, hoop_algo_t algo,
+                      size_t bytes, int n, char *err, size_t errlen) {
+  if (cfg->coll == HOOP_COLL_ALLREDUCE)
+    return 0;
+  if (cfg->coll != HOOP_COLL_REDUCE_SCATTER &&
+      cfg->coll != HOOP_COLL_ALLGATHER) {
+    set_err(err, errlen, "collective %d: all-reduce, reduce-scatter or "
+                         "all-gather", (int)cfg->coll);
+    return -1;
+  }
+  if (algo != HOOP_ALGO_AUTO && algo != HOOP_ALGO_RING &&
+      algo != HOOP_ALGO_HIER) {
+    set_err(err, errlen, "reduce-scatter and all-gather run ring or hier, "
+                         "not %s", hoop_algo_name(algo));
+    return -1;
+  }
+  if (bytes % ((size_t)n * 4) != 0) {
+    set_err(err, errlen, "%zu bytes are not %d whole blocks of floats",
+            bytes, n);
+    return -1;
+  }
+  return 0;
+}
+
+int hoop_sim_call(const struct hoop_sim_config *cfg, hoop_algo_t algo,
+                  size_t bytes, struct hoop_sim_result *res, char *err,
+                  size_t errlen) {
   int n = cfg->hosts * cfg->ranks_per_host;
   uint64_t *keep_sent = res->rank_sent, *keep_recv = res->rank_recv;
   *res = (struct hoop_sim_result){.rank_sent = keep_sent,
@@ -760,11 +802,13 @@ int hoop_sim_allreduce(const struct hoop_sim_config *cfg, hoop_algo_t algo,
                          "the slice at least 4 bytes");
     return -1;
   }
+  if (check_call(cfg, algo, bytes, n, err, errlen) != 0)
+    return -1;
   struct hoop_comm *comm = comm_make(cfg, err, errlen);
   if (comm == NULL)
     return -1;
   if (algo == HOOP_ALGO_AUTO)
-    algo = hoop__choose_algo(comm, HOOP_ALGO_AUTO, HOOP_COLL_ALLREDUCE, bytes);
+    algo = hoop__choose_algo(comm, HOOP_ALGO_AUTO, cfg->coll, bytes);
   if ((algo == HOOP_ALGO_ONESHOT && n != 2) ||
       (algo == HOOP_ALGO_HIER && !hoop__hier_applies(comm)))
     algo = HOOP_ALGO_RING;
@@ -786,15 +830,18 @@ int hoop_sim_allreduce(const struct hoop_sim_config *cfg, hoop_algo_t algo,
     set_err(err, errlen, "out of memory for counters");
     goto out;
   }
-  if (choose_scale(comm, algo, count, cfg->max_ops, &scale) != HOOP_SUCCESS) {
+  if (choose_scale(comm, cfg->coll, algo, count, cfg->max_ops, &scale) !=
+      HOOP_SUCCESS) {
     set_err(err, errlen, "building a plan: %s", hoop_last_error());
     goto out;
   }
   size_t count_s = count / scale;
+  if (cfg->coll != HOOP_COLL_ALLREDUCE) /* whole blocks */
+    count_s = count / (size_t)n / scale * (size_t)n;
   s.mult = count_s > 0 ? (double)count / (double)count_s : 1;
   for (int r = 0; r < n; r++) {
     struct hoop_plan plan;
-    hoop_result_t b = build_rank(comm, r, algo, count_s, &plan);
+    hoop_result_t b = build_rank(comm, cfg->coll, r, algo, count_s, &plan);
     int a = b == HOOP_SUCCESS ? append_plan(&s, &plan, r, err, errlen) : 0;
     hoop__plan_free(&plan);
     if (b != HOOP_SUCCESS) {

@@ -1,8 +1,8 @@
 /*
- * hoop-sim's model: every rank's all-reduce plan, made by the library's
- * own builders (ring.c, tree.c, ps.c, oneshot.c, hier.c) for a
- * communicator that exists only in memory, run through a discrete-event
- * model of the links.
+ * hoop-sim's model: every rank's plan of an all-reduce, reduce-scatter or
+ * all-gather, made by the library's own builders (ring.c, tree.c, ps.c,
+ * oneshot.c, hier.c) for a communicator that exists only in memory, run
+ * through a discrete-event model of the links.
  *
  * What is modelled:
  *   - M hosts of L ranks, placed contiguously (rank r on host r / L) or
@@ -27,7 +27,8 @@
  * slice before the whole slice is in (the model forwards whole ops), the
  * link buffers' bound on bytes in flight (W), the 64-byte headers, TCP's
  * slow start and sharing, and the hosts' cores: ranks never wait for a
- * CPU.  Calls are in place (send == recv), float32 sum.
+ * CPU.  Calls are in place (as NCCL's: reduce-scatter's recv is the
+ * rank's block of send, all-gather's send its block of recv), float32 sum.
  */
 #ifndef HOOP_SIM_H
 #define HOOP_SIM_H
@@ -42,6 +43,11 @@ extern "C" {
 #endif
 
 struct hoop_sim_config {
+  /*
+   * HOOP_COLL_ALLREDUCE (the default), _REDUCE_SCATTER or _ALLGATHER;
+   * the two have the ring and the hierarchical schedule.
+   */
+  hoop_coll_t coll;
   int hosts;          /* M */
   int ranks_per_host; /* L: N = M * L ranks */
   int cyclic;         /* rank r on host r % M, else r / L */
@@ -100,14 +106,15 @@ struct hoop_sim_result {
 };
 
 /*
- * Simulates one all-reduce of `bytes` (a multiple of 4) under `algo`
- * (AUTO: the cost model's choice).  Returns 0, or -1 with a reason in err.
- * The plans are built and freed one rank at a time; what stays is about
- * 18 bytes per op.
+ * Simulates one call of cfg->coll over a buffer of `bytes` (a multiple of
+ * 4; for reduce-scatter and all-gather the whole buffer, N blocks, a
+ * multiple of 4N) under `algo` (AUTO: the cost model's choice).  Returns
+ * 0, or -1 with a reason in err.  The plans are built and freed one rank
+ * at a time; what stays is about 18 bytes per op.
  */
-int hoop_sim_allreduce(const struct hoop_sim_config *cfg, hoop_algo_t algo,
-                       size_t bytes, struct hoop_sim_result *res, char *err,
-                       size_t errlen);
+int hoop_sim_call(const struct hoop_sim_config *cfg, hoop_algo_t algo,
+                  size_t bytes, struct hoop_sim_result *res, char *err,
+                  size_t errlen);
 
 /* What the cost model (model.c) picks for this call on this network. */
 hoop_algo_t hoop_sim_auto_choice(const struct hoop_sim_config *cfg,
@@ -118,8 +125,11 @@ hoop_algo_t hoop_sim_auto_choice(const struct hoop_sim_config *cfg,
  * the links: across hosts (M > 1) one NIC per rank, ring
  * 2(N-1)a + 2(N-1)/N Kb, double binary tree 2 floor(log2 N) a + its
  * busiest rank's bytes b (hoop__tree_allreduce_load), parameter server
- * 2a + (N-1)Kb; on one host (M = 1) the one memory link carries every
+ * 2a + (N-1)Kb, hierarchical 2(M-1)(a + K/(M R)) (its ring across hosts;
+ * the rest hidden); on one host (M = 1) the one memory link carries every
  * schedule's 2(N-1)K, after the same hops of the memory link's latency.
+ * Reduce-scatter and all-gather: half of the ring's and the hierarchical
+ * all-reduce's, (N-1)a + (N-1)/N Kb and (M-1)(a + K/(M R)).
  */
 double hoop_sim_closed_form(const struct hoop_sim_config *cfg,
                             hoop_algo_t algo, size_t bytes);
