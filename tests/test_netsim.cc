@@ -348,8 +348,10 @@ TEST_F(Netsim, HierarchicalAllReduceIsRightAndCrossesLess) {
 // counts a rank, past a segment (4 MiB), for other dtypes and ops, on 2
 // hosts of 2 and 3, 3 hosts of 2 and 4 hosts of 2; across M hosts their
 // ranks send (M-1)K between them, all together, where the flat ring
-// sends 2(N-1)K/N per crossing host link (1.5K on 2 hosts of 2).  With
-// hosts of unequal size they are the ring.
+// sends (N-1)K/N on each crossing host link (1.5K on 2 hosts of 2).  The
+// model picks them for large calls, the ring for small ones, under AUTO
+// and under settings they have no schedule of.  With hosts of unequal
+// size they are the ring.
 TEST_F(Netsim, HierarchicalReduceScatterAndAllGatherAreRightAndCrossLess) {
   REQUIRE_BENCH();
   std::string bench = std::string(HOOP_BENCH_PATH) + " -n 2 -w 1 -c 1 ";
@@ -373,17 +375,28 @@ TEST_F(Netsim, HierarchicalReduceScatterAndAllGatherAreRightAndCrossLess) {
                "-C reducescatter -b 4 -e 4 -d int8 -o max -B 1 -a hier && " +
                HostsRun(2, 4, true) + bench +
                "-C allgather -b 1K -e 32K -f 32 -d int64 -B 1 -a hier";
+  // The model's pick under a setting with no such schedule (HOOP_ALGO=tree)
+  // and under AUTO: hier for 16 MiB, the ring for 4 KiB.
+  two_hosts += " && HOOP_ALGO=tree " + HostsRun(2, 4, false) + bench +
+               "-C allgather -b 16M -e 16M -B 1 && " + HostsRun(2, 4, true) +
+               bench + "-C reducescatter -b 4K -e 4K -B 1";
   two_hosts += " && " + HostsRun(2, 3, false) + bench +
                "-C reducescatter -b 4K -e 4K -B 1 -a hier";
   Output out = run_shell(kNetsim + " run 2 1gbit -- sh -c '" + two_hosts + "'");
   ASSERT_EQ(out.status, 0) << out.text;
   // Per collective: (4 sizes, 16016, 9437200) twice, 4 sizes on 2 x 3;
-  // then 2, 1 and 2; then 1 on hosts of 2 and 1.
-  EXPECT_EQ(CheckedBenchRows(out.text), 2 * (6 * 2 + 4) + 5 + 1) << out.text;
-  EXPECT_EQ(CheckOffHostBytes(out.text, "hier", 1), 2 * (6 * 2 + 4) + 5)
+  // then 2, 1 and 2; the model's two; then 1 on hosts of 2 and 1.
+  EXPECT_EQ(CheckedBenchRows(out.text), 2 * (6 * 2 + 4) + 5 + 2 + 1)
       << out.text;
-  EXPECT_EQ(hooptest::bench_rows(out.text, "[0] ").back().at(18), "ring")
+  EXPECT_EQ(CheckOffHostBytes(out.text, "hier", 1), 2 * (6 * 2 + 4) + 5 + 1)
       << out.text;
+  std::vector<std::vector<std::string>> rows =
+      hooptest::bench_rows(out.text, "[0] ");
+  ASSERT_GE(rows.size(), 3u) << out.text;
+  EXPECT_EQ(rows[rows.size() - 3].at(18), "hier") << out.text;
+  EXPECT_EQ(rows[rows.size() - 2].at(18), "ring") << out.text;
+  // 3 ranks on hosts of 2 and 1: the ring.
+  EXPECT_EQ(rows.back().at(18), "ring") << out.text;
 
   Output more = run_shell(
       kNetsim + " run 3 1gbit -- sh -c '" + HostsRun(2, 6, false) + bench +
