@@ -345,13 +345,13 @@ TEST_F(Netsim, HierarchicalAllReduceIsRightAndCrossesLess) {
 // the blocks of every host's ranks, and one across the hosts among the
 // ranks of each place.  Right against hoop-bench's own reference in both
 // placements, out of place and in place, for no element, one and odd
-// counts a rank, past a segment (4 MiB), for other dtypes and ops, on 2
-// hosts of 2 and 3, 3 hosts of 2 and 4 hosts of 2; across M hosts their
-// ranks send (M-1)K between them, all together, where the flat ring
-// sends (N-1)K/N on each crossing host link (1.5K on 2 hosts of 2).  The
-// model picks them for large calls, the ring for small ones, under AUTO
-// and under settings they have no schedule of.  With hosts of unequal
-// size they are the ring.
+// counts a rank, past a segment (4 MiB), for other dtypes and ops, in 1-3
+// channels, on 2 hosts of 2 and 3, 3 hosts of 2 and 4 hosts of 2; across
+// M hosts their ranks send (M-1)K between them, all together, where the
+// flat ring sends (N-1)K/N on each crossing host link (1.5K on 2 hosts of
+// 2).  The model picks them for large calls, the ring for small ones,
+// under AUTO and under settings they have no schedule of.  With hosts of
+// unequal size they are the ring.
 TEST_F(Netsim, HierarchicalReduceScatterAndAllGatherAreRightAndCrossLess) {
   REQUIRE_BENCH();
   std::string bench = std::string(HOOP_BENCH_PATH) + " -n 2 -w 1 -c 1 ";
@@ -375,6 +375,11 @@ TEST_F(Netsim, HierarchicalReduceScatterAndAllGatherAreRightAndCrossLess) {
                "-C reducescatter -b 4 -e 4 -d int8 -o max -B 1 -a hier && " +
                HostsRun(2, 4, true) + bench +
                "-C allgather -b 1K -e 32K -f 32 -d int64 -B 1 -a hier";
+  // Rings of 2 and 3 channels (HOOP_NSOCKS), each over part of every chunk.
+  two_hosts += " && HOOP_NSOCKS=2 " + HostsRun(2, 4, true) + bench +
+               "-C reducescatter -b 9437200 -e 9437200 -B 1 -a hier && "
+               "HOOP_NSOCKS=3 " + HostsRun(2, 4, false) + bench +
+               "-C allgather -d bfloat16 -b 4M -e 4M -B 1 -a hier";
   // The model's pick under a setting with no such schedule (HOOP_ALGO=tree)
   // and under AUTO: hier for 16 MiB, the ring for 4 KiB.
   two_hosts += " && HOOP_ALGO=tree " + HostsRun(2, 4, false) + bench +
@@ -385,10 +390,12 @@ TEST_F(Netsim, HierarchicalReduceScatterAndAllGatherAreRightAndCrossLess) {
   Output out = run_shell(kNetsim + " run 2 1gbit -- sh -c '" + two_hosts + "'");
   ASSERT_EQ(out.status, 0) << out.text;
   // Per collective: (4 sizes, 16016, 9437200) twice, 4 sizes on 2 x 3;
-  // then 2, 1 and 2; the model's two; then 1 on hosts of 2 and 1.
-  EXPECT_EQ(CheckedBenchRows(out.text), 2 * (6 * 2 + 4) + 5 + 2 + 1)
+  // then 2, 1 and 2; 2 with channels; the model's two; then 1 on hosts of
+  // 2 and 1.
+  EXPECT_EQ(CheckedBenchRows(out.text), 2 * (6 * 2 + 4) + 5 + 2 + 2 + 1)
       << out.text;
-  EXPECT_EQ(CheckOffHostBytes(out.text, "hier", 1), 2 * (6 * 2 + 4) + 5 + 1)
+  EXPECT_EQ(CheckOffHostBytes(out.text, "hier", 1),
+            2 * (6 * 2 + 4) + 5 + 2 + 1)
       << out.text;
   std::vector<std::vector<std::string>> rows =
       hooptest::bench_rows(out.text, "[0] ");
