@@ -231,7 +231,11 @@ HOOP_API hoop_result_t hoop_comm_init_rank(hoop_comm_t *comm, int nranks,
  * at once with HOOP_ERR_INVALID_USAGE).  Ranks that meet at an address
  * share a secret from HOOP_AUTH_TOKEN or HOOP_AUTH_TOKEN_FILE (hoop-run
  * sets one); without one this fails at once with HOOP_ERR_INVALID_USAGE
- * unless HOOP_AUTH=off.
+ * unless HOOP_AUTH=off.  With HOOP_ELASTIC=1 in rank 0's environment
+ * (hoop-run --elastic sets it) the job forms without ranks that do not
+ * come within half the timeout, or that die before it forms: the others
+ * get a communicator of fewer ranks, numbered again in their order
+ * (hoop_comm_rank and hoop_comm_size say where they stand).
  */
 HOOP_API hoop_result_t hoop_comm_init_env(hoop_comm_t *comm,
                                           const hoop_config_t *config);

@@ -323,6 +323,75 @@ TEST(Shrink, BadArgumentsAreErrors) {
   EXPECT_TRUE(r.all_ok()) << describe(r);
 }
 
+// Four ranks that meet at HOOP_ROOT_ADDR with HOOP_ELASTIC=1 and a timeout
+// of `timeout_ms`; rank 2 does `victim` instead of init (it returns whether
+// it got anywhere) and rank 3 starts `late_ms` after the others.  Each
+// other rank must get a communicator of the three, numbered in their order,
+// that sums as a job of them would, within `within_ms` of its start.
+void expect_formed_without_rank_two(int timeout_ms, int within_ms,
+                                    int late_ms,
+                                    const std::function<void()> &victim) {
+  std::string addr = "127.0.0.1:" + std::to_string(free_port());
+  ScopedEnv root("HOOP_ROOT_ADDR", addr.c_str());
+  ScopedEnv timeout("HOOP_TIMEOUT_MS", std::to_string(timeout_ms).c_str());
+  ScopedEnv token("HOOP_AUTH_TOKEN", kTestToken);
+  ScopedEnv elastic("HOOP_ELASTIC", "1");
+  ScopedEnv world("HOOP_WORLD_SIZE", "4");
+  RunResult r = fork_ranks(
+      4,
+      [&](int rank) {
+        RankLog log(rank);
+        setenv("HOOP_RANK", std::to_string(rank).c_str(), 1);
+        if (rank == 2) {
+          victim();
+          return 0;
+        }
+        if (rank == 3)
+          std::this_thread::sleep_for(std::chrono::milliseconds(late_ms));
+        auto start = std::chrono::steady_clock::now();
+        hoop_comm_t comm = nullptr;
+        RANK_EXPECT_OK(log, nullptr, hoop_comm_init_env(&comm, nullptr));
+        if (comm == nullptr)
+          return 1;
+        auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        std::chrono::steady_clock::now() - start)
+                        .count();
+        RANK_EXPECT(log, took < within_ms, "formed after %lld ms",
+                    (long long)took);
+        int me = -1, size = 0;
+        hoop_comm_rank(comm, &me);
+        hoop_comm_size(comm, &size);
+        RANK_EXPECT(log, size == 3 && me == (rank < 2 ? rank : 2),
+                    "launch rank %d is rank %d of %d", rank, me, size);
+        if (size == 3)
+          expect_survivors_sum(log, comm, {0, 1, 3}, rank);
+        hoop_comm_destroy(comm);
+        return log.ok() ? 0 : 1;
+      },
+      60);
+  // A victim that was killed is not a failure of the test.
+  if (r.exit_codes[2] == 128 + SIGKILL)
+    r.exit_codes[2] = 0;
+  EXPECT_TRUE(r.all_ok()) << describe(r);
+}
+
+// A rank that never reaches the rendezvous: the others form without it
+// once half the timeout has gone.
+TEST(Form, AnElasticJobFormsWithoutARankThatNeverCame) {
+  expect_formed_without_rank_two(3000, 2900, 0, [] {});
+}
+
+// A rank that says hello and dies while the last one is still on its way:
+// once the rest are there, rank 0 sees its connection closed and forms
+// without it at once, not at the timeout.
+TEST(Form, AnElasticJobFormsWithoutARankThatDiedAfterItsHello) {
+  expect_formed_without_rank_two(20000, 5000, 1000, [] {
+    signal_self_after(SIGKILL, 300);
+    hoop_comm_t comm = nullptr;
+    hoop_comm_init_env(&comm, nullptr);
+  });
+}
+
 // A job of `members` ranks that met at HOOP_ROOT_ADDR, and processes that
 // join it: members run all-reduces and call hoop_comm_grow between them,
 // as a training loop does at its step boundaries.  Each joiner's fn gets

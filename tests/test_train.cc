@@ -1197,6 +1197,34 @@ TEST(HoopTrain, ElasticReplacementJoinsTheRunningJob) {
   EXPECT_EQ(column_sum(csv, "ranks_joined"), 1) << csv;
 }
 
+// A rank lost before the ranks met (here it never starts hoop-train): the
+// others form without it at half the timeout (HOOP_ELASTIC, which
+// --elastic sets), train, and its replacement joins them once they run.
+TEST(HoopTrain, ElasticFormsWithoutARankLostBeforeTheyMet) {
+  if (access((kFashion + "/train-images-idx3-ubyte.gz").c_str(), R_OK) != 0)
+    GTEST_SKIP() << "Fashion-MNIST is not installed (apt-get install "
+                    "dataset-fashion-mnist)";
+  std::string dir = temp_dir();
+  ShellOutput r = run_shell(
+      "HOOP_TIMEOUT_MS=3000 " + kRun + " --elastic --respawn 1 -n 4 sh -c '"
+      "if [ $HOOP_RANK = 2 ] && [ -z \"$HOOP_JOIN\" ]; then exit 3; fi; "
+      // The replacement waits through the others' forming and first steps.
+      "if [ -n \"$HOOP_JOIN\" ]; then export HOOP_TIMEOUT_MS=30000; fi; "
+      "exec " + kTrain + " \"$@\"' sh --elastic --quiet --epochs 2 "
+      "--train-limit 20000 --test-limit 2000 --metrics " + dir + "/m.csv");
+  EXPECT_EQ(r.status, 0) << r.text;
+  EXPECT_NE(r.text.find("rank(s) 2 of 4 did not come"), std::string::npos)
+      << r.text;
+  EXPECT_NE(r.text.find("1 rank(s) joined; 4 ranks go on"), std::string::npos)
+      << r.text;
+  std::string csv = slurp(dir + "/m.csv");
+  std::map<std::string, std::string> row = last_metrics(dir + "/m.csv");
+  EXPECT_EQ(row["epoch"], "2") << csv;
+  EXPECT_EQ(row["ranks"], "4") << csv;
+  EXPECT_GT(last_test_accuracy(dir + "/m.csv"), 0.7) << csv;
+  EXPECT_EQ(column_sum(csv, "ranks_joined"), 1) << csv;
+}
+
 TEST(HoopTrain, CnnLearnsFashionMnistOnTwoRanks) {
   if (access((kFashion + "/train-images-idx3-ubyte.gz").c_str(), R_OK) != 0)
     GTEST_SKIP() << "Fashion-MNIST is not installed (apt-get install "

@@ -7,6 +7,7 @@
 
 #include <cstring>
 #include <functional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -155,6 +156,30 @@ TEST(Wire, ReplyStatusIsAResultAndItsTextEnds) {
   EXPECT_FALSE(hoop__reply_parse(&r, sizeof r, &out, why, sizeof why));
   r.status = -1;
   EXPECT_FALSE(hoop__reply_parse(&r, sizeof r, &out, why, sizeof why));
+}
+
+// A successful reply places its rank in the job as it formed: a rank
+// other than 0 and below a count of at most HOOP_MAX_RANKS.  A failure's
+// place means nothing and is not checked.
+TEST(Wire, ReplyPlaceIsARankOfTheJob) {
+  hoop_reply r{}, out;
+  char why[200];
+  r.status = HOOP_SUCCESS;
+  r.nranks = 3;
+  r.rank = 2;
+  ASSERT_TRUE(hoop__reply_parse(&r, sizeof r, &out, why, sizeof why)) << why;
+  EXPECT_EQ(out.nranks, 3);
+  EXPECT_EQ(out.rank, 2);
+  for (auto bad : {std::pair<int, int>{3, 3}, {3, 0}, {3, -1}, {0, 0},
+                   {HOOP_MAX_RANKS + 1, 1}}) {
+    r.nranks = bad.first;
+    r.rank = bad.second;
+    EXPECT_FALSE(hoop__reply_parse(&r, sizeof r, &out, why, sizeof why))
+        << bad.second << " of " << bad.first;
+    EXPECT_NE(strstr(why, "makes this rank"), nullptr) << why;
+  }
+  r.status = HOOP_ERR_TIMEOUT;
+  EXPECT_TRUE(hoop__reply_parse(&r, sizeof r, &out, why, sizeof why)) << why;
 }
 
 TEST(Wire, HandshakeRanksAndChannelAreBounded) {

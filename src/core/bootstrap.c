@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -297,14 +298,13 @@ static size_t hello_bytes(int32_t channel) {
  * Takes the ranks' hellos as their connections prove themselves, through
  * a listener that reads them all at once, each with its own deadline, so
  * that connections which never speak or never prove themselves hold up no
- * one.
- */
-/*
- * Takes the rendezvous socket *lfd over (and sets it to -1): the listener
- * closes it, whether it opens or not.
+ * one.  Takes the rendezvous socket *lfd over (and sets it to -1): the
+ * listener closes it, whether it opens or not.  At the deadline an
+ * elastic job goes on with the ranks that came.
  */
 static hoop_result_t gather_hellos(struct hoop_comm *comm, int *lfd,
-                                   int *fds, long long deadline) {
+                                   int *fds, long long deadline,
+                                   bool elastic) {
   struct hoop_listener l = {
       .key = comm->auth_key,
       .comm_id = comm->comm_id,
@@ -322,6 +322,8 @@ static hoop_result_t gather_hellos(struct hoop_comm *comm, int *lfd,
     return hoop__error_attach(comm, res);
   for (int joined = 1; joined < comm->nranks;) {
     long long left = deadline - hoop__now_ms();
+    if (left <= 0 && elastic)
+      break;
     if (left <= 0) {
       char missing[128];
       list_missing(fds, comm->nranks, missing, sizeof missing);
@@ -346,19 +348,83 @@ static hoop_result_t gather_hellos(struct hoop_comm *comm, int *lfd,
   return res;
 }
 
+/* This rank's place in the job as it formed. */
+static void take_place(struct hoop_comm *comm, int rank, int nranks) {
+  comm->peers[rank] = comm->peers[comm->rank];
+  comm->peers[rank].rank = rank;
+  comm->rank = comm->listener.rank = rank;
+  comm->nranks = comm->listener.nranks = nranks;
+}
+
+/*
+ * Whether a rank's rendezvous connection has closed: it said hello, then
+ * went (died) before the job formed.
+ */
+static bool gone(int fd) {
+  char byte;
+  ssize_t got = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  return got == 0 ||
+         (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+/*
+ * An elastic job forms of the ranks that came and are still there,
+ * numbered again in their order; the rest are left out, as a shrink
+ * would leave them.
+ */
+static void form_of_those_here(struct hoop_comm *comm, int *fds) {
+  int n = comm->nranks, m = 1;
+  for (int i = 1; i < n; i++) {
+    if (fds[i] >= 0 && gone(fds[i])) {
+      close(fds[i]);
+      fds[i] = -1;
+    }
+  }
+  char missing[128];
+  list_missing(fds, n, missing, sizeof missing);
+  for (int i = 1; i < n; i++) {
+    if (fds[i] < 0)
+      continue;
+    comm->peers[m] = comm->peers[i];
+    comm->peers[m].rank = m;
+    fds[m] = fds[i];
+    if (m++ != i)
+      fds[i] = -1;
+  }
+  if (m == n)
+    return;
+  HOOP_WARN("rendezvous: rank(s) %s of %d did not come within %d ms or went "
+            "before the job formed; it forms of the %d that did "
+            "(HOOP_ELASTIC=1), numbered again in their order",
+            missing, n, comm->timeout_ms / 2, m);
+  take_place(comm, 0, m);
+}
+
 static hoop_result_t root_gather(struct hoop_comm *comm, int *lfd,
-                                 long long deadline) {
+                                 long long deadline, bool elastic) {
   hoop_result_t res = HOOP_SUCCESS;
-  int n = comm->nranks;
-  int *fds = malloc(sizeof(int) * (size_t)n);
+  int asked = comm->nranks;
+  int *fds = malloc(sizeof(int) * (size_t)asked);
   if (fds == NULL)
     return HOOP_ERROR(comm, HOOP_ERR_NO_MEMORY, "bootstrap table");
-  for (int i = 0; i < n; i++)
+  for (int i = 0; i < asked; i++)
     fds[i] = -1;
   struct hoop_reply rep = {.status = HOOP_SUCCESS};
   memcpy(rep.session, comm->listener.session, sizeof rep.session);
-  HOOP_CHECK_GOTO(gather_hellos(comm, lfd, fds, deadline), res, fail);
+  /*
+   * An elastic job waits half the timeout for its ranks, so that those
+   * that came still wait for the answer when it goes out.
+   */
+  long long wait_until =
+      elastic ? hoop__now_ms() + comm->timeout_ms / 2 : deadline;
+  HOOP_CHECK_GOTO(gather_hellos(comm, lfd, fds, wait_until, elastic), res,
+                  fail);
+  if (elastic)
+    form_of_those_here(comm, fds);
+  int n = comm->nranks;
+  rep.nranks = n;
   for (int i = 1; i < n; i++) {
+    rep.rank = i;
     res = hoop__sock_send_all(comm, fds[i], &rep, sizeof rep, deadline,
                               "a rank");
     if (res == HOOP_SUCCESS)
@@ -372,9 +438,9 @@ static hoop_result_t root_gather(struct hoop_comm *comm, int *lfd,
 fail:
   rep.status = res;
   snprintf(rep.message, sizeof rep.message, "rank 0: %s", comm->last_error);
-  send_reply_to_all(fds, n, &rep, deadline);
+  send_reply_to_all(fds, asked, &rep, deadline);
 out:
-  for (int i = 0; i < n; i++)
+  for (int i = 0; i < asked; i++)
     if (fds[i] >= 0)
       close(fds[i]);
   free(fds);
@@ -454,6 +520,23 @@ static hoop_result_t join_root(struct hoop_comm *comm,
     goto out;
   }
   memcpy(comm->listener.session, rep.session, sizeof rep.session);
+  if (rep.nranks > comm->nranks) {
+    res = HOOP_ERROR(comm, HOOP_ERR_MISMATCH,
+                     "rendezvous: %s says the job has %d ranks, not %d",
+                     root_desc, rep.nranks, comm->nranks);
+    goto out;
+  }
+  if (rep.nranks < comm->nranks) {
+    HOOP_WARN("rendezvous: the job formed of %d of its %d ranks "
+              "(HOOP_ELASTIC=1): rank %d is rank %d",
+              rep.nranks, comm->nranks, comm->rank, rep.rank);
+    take_place(comm, rep.rank, rep.nranks);
+  } else if (rep.rank != comm->rank) {
+    res = HOOP_ERROR(comm, HOOP_ERR_MISMATCH,
+                     "rendezvous: %s made rank %d rank %d of all %d",
+                     root_desc, comm->rank, rep.rank, comm->nranks);
+    goto out;
+  }
   res = receive_table(comm, fd, deadline, root_desc);
 out:
   close(fd);
@@ -478,7 +561,8 @@ hoop_result_t hoop__bootstrap(struct hoop_comm *comm,
     res = hoop__auth_random(comm->listener.session,
                             sizeof comm->listener.session);
   if (res == HOOP_SUCCESS && comm->nranks > 1)
-    res = root_gather(comm, &lfd, deadline);
+    res = root_gather(comm, &lfd, deadline,
+                      (uid->flags & HOOP_UID_ELASTIC) != 0);
   hoop__sock_close(&lfd);
   return res;
 }

@@ -27,7 +27,15 @@ struct hoop_uid {
   uint64_t comm_id;
   struct hoop_addr root;
   struct hoop_auth_key key;
+  uint32_t flags; /* HOOP_UID_*, as rank 0 reads them */
+  uint32_t reserved;
 };
+
+/*
+ * The job forms of the ranks that came within half the timeout, if some
+ * never do (hoop_comm_init_env with HOOP_ELASTIC=1).
+ */
+#define HOOP_UID_ELASTIC 1u
 static_assert(sizeof(struct hoop_uid) <= HOOP_UNIQUE_ID_BYTES,
                "a unique id holds its address and key");
 

@@ -346,12 +346,12 @@ hoop_result_t hoop__comm_create(struct hoop_comm **out, int nranks, int rank,
   hoop__comm_learn_host(comm);
   HOOP_CHECK_GOTO(hoop__comm_index_hosts(comm), res, out_free);
   /*
-   * By default every peer connects now (and the ring neighbours on every
-   * channel), so that a bad network fails here and not mid-job.  With
-   * HOOP_RUNTIME_CONNECT=1 a pair connects only when a plan first needs
-   * it (the engine, in the same global order), so that a rank holds
-   * memory and descriptors for the peers it uses, not for every rank; a
-   * pair that no transport could ever join still fails here.
+   * By default (HOOP_RUNTIME_CONNECT=1) a pair connects only when a plan
+   * first needs it (the engine, in the same global order), so that a rank
+   * holds memory and descriptors for the peers it uses, not for every
+   * rank; a pair that no transport could ever join still fails here.
+   * With 0 every peer connects now (and the ring neighbours on every
+   * channel), so that a bad network fails here and not mid-job.
    */
   for (int peer = 0; hoop__param_runtime_connect() && peer < nranks;
        peer++) {

@@ -365,6 +365,12 @@ hoop_result_t hoop_comm_init_env(hoop_comm_t *comm,
       HOOP_CHECK(wait_for_id(path, timeout_ms, &id));
     }
   }
+  if (hoop__param_elastic()) {
+    struct hoop_uid elastic;
+    memcpy(&elastic, id.internal, sizeof elastic);
+    elastic.flags |= HOOP_UID_ELASTIC;
+    memcpy(id.internal, &elastic, sizeof elastic);
+  }
   HOOP_INFO("hoop_comm_init_env: rank %d of %d from %s, rendezvous %s",
             le.rank, le.nranks, le.source,
             le.root_addr[0] ? le.root_addr : path);

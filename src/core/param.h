@@ -21,6 +21,7 @@
   X(spin_us, "HOOP_SPIN_US", 5)                                             \
   X(yield_us, "HOOP_YIELD_US", 2000)                                        \
   X(runtime_connect, "HOOP_RUNTIME_CONNECT", 1)                              \
+  X(elastic, "HOOP_ELASTIC", 0)                                              \
   X(alpha_ns, "HOOP_ALPHA_NS", 20000)                                        \
   X(link_mbps, "HOOP_LINK_MBPS", 2000)                                       \
   X(host_mbps, "HOOP_HOST_MBPS", 5000)                                       \

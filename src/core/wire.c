@@ -108,7 +108,14 @@ bool hoop__reply_parse(const void *bytes, size_t len, struct hoop_reply *out,
     return false;
   if (!known_result(r.status))
     return refuse(why, why_len, "a reply with status %d", r.status);
+  if (r.status == HOOP_SUCCESS &&
+      (r.nranks < 1 || r.nranks > HOOP_MAX_RANKS || r.rank < 1 ||
+       r.rank >= r.nranks))
+    return refuse(why, why_len, "a reply that makes this rank %d of %d",
+                  r.rank, r.nranks);
   out->status = r.status;
+  out->nranks = r.nranks;
+  out->rank = r.rank;
   copy_text(out->message, sizeof out->message, r.message, sizeof r.message);
   memcpy(out->session, r.session, sizeof out->session);
   return true;

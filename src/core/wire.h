@@ -24,7 +24,7 @@
 
 /* The most ranks one hoop_comm_shrink can leave out (shrink.c). */
 #define HOOP_SHRINK_MAX_LOST 32
-#define HOOP_WIRE_VERSION 8u
+#define HOOP_WIRE_VERSION 9u
 
 #define HOOP_AUTH_NONCE_BYTES 16
 #define HOOP_AUTH_MAC_BYTES 32
@@ -45,6 +45,10 @@ struct hoop_hello {
  */
 struct hoop_reply {
   int32_t status; /* hoop_result_t */
+  /* The job as it formed, and this rank's place in it: fewer ranks when an
+     elastic job (HOOP_ELASTIC) formed without some. */
+  int32_t nranks;
+  int32_t rank;
   char message[256];
   uint8_t session[HOOP_AUTH_NONCE_BYTES];
 };
@@ -194,7 +198,8 @@ bool hoop__hello_parse(const void *bytes, size_t len, struct hoop_hello *out,
                        char *why, size_t why_len);
 
 /*
- * A reply: a status that is a hoop_result_t; the message is cut to its
+ * A reply: a status that is a hoop_result_t and, with HOOP_SUCCESS, a
+ * place 1 <= rank < nranks <= HOOP_MAX_RANKS; the message is cut to its
  * field, NUL-terminated and stripped of control characters.
  */
 bool hoop__reply_parse(const void *bytes, size_t len, struct hoop_reply *out,

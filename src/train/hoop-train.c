@@ -602,6 +602,9 @@ int main(int argc, char **argv) {
     return rc;
   openblas_set_num_threads(o.threads);
 
+  /* --elastic ranks also form without one lost before they all met. */
+  if (o.elastic)
+    setenv("HOOP_ELASTIC", "1", 0);
   hoop_comm_t comm;
   hoop_result_t res = join(&comm);
   if (res != HOOP_SUCCESS) {

@@ -190,6 +190,7 @@ void export_job_env(const struct job *job)
                                                ? job->opt->per_host
                                                : job->opt->nranks) != 0 ||
       (root_addr != NULL && setenv("HOOP_ROOT_ADDR", root_addr, 1) != 0) ||
+      (job->opt->elastic && setenv("HOOP_ELASTIC", "1", 0) != 0) ||
       /* The data listeners must use the emulated link, not loopback. */
       (job->opt->netns != NULL &&
        setenv("HOOP_SOCKET_IFNAME", NETSIM_IFNAME, 0) != 0))
