@@ -540,6 +540,21 @@ TEST(Launcher, RespawnStartsReplacementsThatJoin) {
       << bad.err;
 }
 
+// A replacement still running after the others finished (here it never
+// joins; in a job, it started too late to) is stopped after a few seconds,
+// not waited for until its join times out, and the job still succeeds.
+TEST(Launcher, ReplacementsLeftWhenTheOthersFinishAreStopped) {
+  const char script[] =
+      "if [ $HOOP_RANK = 1 ] && [ -z \"$HOOP_JOIN\" ]; then exit 3; fi; "
+      "if [ -n \"$HOOP_JOIN\" ]; then exec sleep 60; fi; sleep 0.5";
+  Launch job(ShArgs(script, 3, {"--elastic", "--respawn", "1"}));
+  EXPECT_EQ(job.Wait(), 0) << job.err;
+  EXPECT_LT(job.seconds, 20);
+  EXPECT_NE(job.err.find("stopping the replacement(s) of rank(s) 1,"),
+            std::string::npos)
+      << job.err;
+}
+
 TEST(Launcher, RankKilledBySignalGives128PlusTheSignal) {
   const char script[] =
       "if [ $HOOP_RANK = 0 ]; then kill -9 $$; fi; exec sleep 30";

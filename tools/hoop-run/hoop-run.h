@@ -93,6 +93,10 @@ struct job {
   int succeeded;       /* ranks that exited with 0 */
   int respawned;       /* replacements started so far */
   int64_t deadline_ms; /* the timeout, or the SIGKILL time; -1 for none */
+  /* --elastic: when replacements still running after the other ranks are
+     done are stopped; -1 for none.  `finished` once they were. */
+  int64_t leftovers_ms;
+  bool finished;
   struct pollfd *pollfds;
   struct stream **polled; /* the stream behind each pollfd but the first */
   struct buf out;         /* labelled lines on their way out */

@@ -86,6 +86,13 @@ static char *list_ranks(const struct job *job, bool whole_group)
   return list.data;
 }
 
+/*
+ * How long replacements may run on once every other rank has finished: a
+ * replacement that got into the job ends with it, in its last call, and
+ * one still waiting to join never will.
+ */
+#define LEFTOVERS_GRACE_MS 5000
+
 static void stop_job(struct job *job, int sig)
 {
   signal_ranks(job, sig);
@@ -124,6 +131,16 @@ static void handle_signals(struct job *job)
     die(job, "cannot read the signal pipe: %s", strerror(errno));
 }
 
+/* Whether the ranks still running are all replacements (and some are). */
+static bool only_replacements_run(const struct job *job)
+{
+  for (int r = 0; r < job->opt->nranks; r++) {
+    if (job->ranks[r].pid > 0 && !job->ranks[r].replacement)
+      return false;
+  }
+  return job->running > 0;
+}
+
 static void on_rank_exit(struct job *job, int rank, pid_t pid, int status)
 {
   bool failed = !WIFEXITED(status) || WEXITSTATUS(status) != 0;
@@ -134,6 +151,9 @@ static void on_rank_exit(struct job *job, int rank, pid_t pid, int status)
   job->ranks[rank].pid = 0;
   job->running--;
   job->succeeded += !failed;
+  if (!failed && job->opt->elastic && job->leftovers_ms < 0 &&
+      only_replacements_run(job))
+    job->leftovers_ms = now_ms() + LEFTOVERS_GRACE_MS;
   /* Its last words go out before our verdict on it. */
   drain_stream(job, &job->ranks[rank].streams[0]);
   drain_stream(job, &job->ranks[rank].streams[1]);
@@ -225,8 +245,26 @@ static bool job_active(const struct job *job)
   return false;
 }
 
+/* The replacements still running once the rest of an elastic job is done. */
+static void stop_leftovers(struct job *job)
+{
+  char *ranks = list_ranks(job, false);
+  notice("the other ranks finished %g s ago; stopping the replacement(s) "
+         "of rank(s)%s, which never got into the job or did not leave it",
+         (double)LEFTOVERS_GRACE_MS / 1000, ranks);
+  free(ranks);
+  job->finished = true;
+  job->leftovers_ms = -1;
+  stop_job(job, SIGTERM);
+}
+
 static void check_deadline(struct job *job)
 {
+  if (job->leftovers_ms >= 0 && job->phase == JOB_RUNNING &&
+      now_ms() >= job->leftovers_ms) {
+    stop_leftovers(job);
+    return;
+  }
   if (job->deadline_ms < 0 || now_ms() < job->deadline_ms)
     return;
   char *ranks = list_ranks(job, job->phase != JOB_RUNNING);
@@ -260,7 +298,10 @@ static void wait_for_events(struct job *job)
       }
     }
   }
-  if (poll(job->pollfds, n, ms_until(job->deadline_ms)) < 0) {
+  int64_t wake = job->deadline_ms;
+  if (job->leftovers_ms >= 0 && (wake < 0 || job->leftovers_ms < wake))
+    wake = job->leftovers_ms;
+  if (poll(job->pollfds, n, ms_until(wake)) < 0) {
     if (errno == EINTR)
       return;
     die(job, "poll: %s", strerror(errno));
@@ -318,6 +359,7 @@ static void init_job(struct job *job, const struct options *opt)
   job->exit_code = -1;
   job->phase = JOB_RUNNING;
   job->deadline_ms = opt->timeout_ms > 0 ? now_ms() + opt->timeout_ms : -1;
+  job->leftovers_ms = -1;
   job->tty[STDOUT_FILENO] = isatty(STDOUT_FILENO);
   job->tty[STDERR_FILENO] = isatty(STDERR_FILENO);
   job->ranks = calloc((size_t)opt->nranks, sizeof *job->ranks);
@@ -356,7 +398,8 @@ int main(int argc, char **argv)
     start_rank(&job, r);
   run_job(&job);
   /* An elastic job that ran to its end on the ranks left succeeded. */
-  if (opt.elastic && job.phase == JOB_RUNNING && job.succeeded > 0)
+  if (opt.elastic && (job.phase == JOB_RUNNING || job.finished) &&
+      job.succeeded > 0)
     return EXIT_SUCCESS;
   return job.exit_code < 0 ? EXIT_SUCCESS : job.exit_code;
 }
