@@ -283,7 +283,6 @@ def main():
                          f"{spread([r['start_to_joined_s'] for r in runs])}")
         if way == "respawn":
             lines += [
-                f"{spread([r['start_to_joined_s'] for r in runs])}",
                 f"{way}: start to ready (Python, torch, data), s: "
                 f"{spread([r['start_to_ready_s'] for r in runs])}",
                 f"{way}: ready to joined (hoop's join, the next look, DDP, "
