@@ -10,6 +10,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -256,20 +257,23 @@ TEST(Dataset, ShardsCoverEveryIndexLikeDistributedSampler) {
   free(e2);
 }
 
-// hoop-train --elastic walks an epoch in steps whose ranks change when
-// ranks are lost: however they change, every place is trained once.
+// hoop-train --elastic walks an epoch in steps of the launched ranks'
+// samples, split among the ranks there are, which change when ranks are
+// lost: however they change, the steps are the same and every place is
+// trained once.
 TEST(Elastic, StepsCoverEachSampleOnceHoweverManyRanksAreLeft) {
   for (size_t n : {1u, 5u, 100u, 1001u}) {
-    for (int batch : {1, 7, 64}) {
+    for (size_t most : {1u, 7u, 8u * 64u}) {
       std::vector<int> seen(n, 0);
       int nranks = 8, step_no = 0;
       for (size_t at = 0; at < n; step_no++) {
         size_t step = 0;
         for (int r = 0; r < nranks; r++) {
           size_t lo, hi;
-          step = elastic_split(at, n, nranks, batch, r, &lo, &hi);
+          step = elastic_split(at, n, nranks, most, r, &lo, &hi);
+          ASSERT_EQ(step, std::min(most, n - at));
           ASSERT_LE(lo, hi);
-          ASSERT_LE(hi - lo, (size_t)batch);
+          ASSERT_LE(hi - lo, (step + (size_t)nranks - 1) / (size_t)nranks);
           for (size_t i = lo; i < hi; i++)
             seen[i]++;
         }
@@ -280,15 +284,15 @@ TEST(Elastic, StepsCoverEachSampleOnceHoweverManyRanksAreLeft) {
           nranks = nranks > 5 ? 5 : nranks > 3 ? 3 : 1;
       }
       for (size_t i = 0; i < n; i++)
-        ASSERT_EQ(seen[i], 1) << "n " << n << " batch " << batch
-                              << " place " << i;
+        ASSERT_EQ(seen[i], 1) << "n " << n << " step " << most << " place "
+                              << i;
     }
   }
   size_t lo, hi;
   // Fewer samples left than ranks: some ranks get none, none gets two.
-  EXPECT_EQ(elastic_split(98, 100, 4, 64, 0, &lo, &hi), 2u);
+  EXPECT_EQ(elastic_split(98, 100, 4, 256, 0, &lo, &hi), 2u);
   EXPECT_EQ(hi - lo, 0u);
-  EXPECT_EQ(elastic_split(98, 100, 4, 64, 3, &lo, &hi), 2u);
+  EXPECT_EQ(elastic_split(98, 100, 4, 256, 3, &lo, &hi), 2u);
   EXPECT_EQ(hi - lo, 1u);
 }
 

@@ -11,9 +11,10 @@ installed, registers "hoop" when torch is imported).
 example); --device cuda trains on each rank's GPU (LOCAL_RANK).
 
 --elastic (hoop, CPU) goes on when ranks die or stop: the ranks walk one
-shuffled order of each epoch's samples step by step, so each sample is
-trained on once however many are left, and a step that raises is redone
-by the survivors (hoop_torch.elastic). torchrun stops every worker when
+shuffled order of each epoch's samples step by step, each step the
+launched ranks' batches split among those left, so each sample is
+trained on once and the updates are those of a run that lost none, and
+a step that raises is redone by the survivors (hoop_torch.elastic). torchrun stops every worker when
 one fails, so run it under hoop-run, which keeps the others going:
 
     build/tools/hoop-run --elastic -n 4 docs/examples/ddp_mnist.py --elastic
@@ -180,15 +181,19 @@ GROW_EVERY = 16
 class Elastic:
     """The training loop's state that survives lost ranks: the model's
     DDP wrapper (made again for each new group) and the place in the
-    epochs, [epoch, samples of it done, steps], which rank 0 hands the
-    survivors, or a replacement, with the parameters and optimiser state.
-    `launch` holds each rank's launch rank (None: one that joined)."""
+    epochs, [epoch, samples of it done, steps, samples a step], which rank
+    0 hands the survivors, or a replacement, with the parameters and
+    optimiser state. A step takes the launched ranks' samples whoever is
+    left, so that the run goes through the same updates as one that lost
+    none. `launch` holds each rank's launch rank (None: one that
+    joined)."""
 
-    def __init__(self, module, optimizer, joined):
+    def __init__(self, module, optimizer, joined, batch_size):
         from hoop_torch import elastic
         self.elastic, self.module, self.optimizer = elastic, module, optimizer
         self.ddp = DDP(module)
-        self.place = torch.tensor([1, 0, 0], dtype=torch.int64)
+        self.place = torch.tensor(
+            [1, 0, 0, dist.get_world_size() * batch_size], dtype=torch.int64)
         self.launch = list(range(dist.get_world_size()))
         if joined:
             self.launch = [None] * dist.get_world_size()
@@ -233,10 +238,11 @@ class Elastic:
 
 def elastic_epochs(args, module, optimizer, images, labels, test_images,
                    test_labels, joined):
-    """--elastic: each step takes the next world * batch samples of the
-    epoch's order, split evenly; a step or evaluation that raises because
-    ranks were lost is redone by the survivors."""
-    job = Elastic(module, optimizer, joined)
+    """--elastic: each step takes the next (launched ranks) * batch samples
+    of the epoch's order, split evenly among the ranks there are; a step or
+    evaluation that raises because ranks were lost is redone by the
+    survivors."""
+    job = Elastic(module, optimizer, joined, args.batch_size)
     n = len(labels)
     while job.place[0] <= args.epochs:
         epoch = int(job.place[0])
@@ -248,7 +254,7 @@ def elastic_epochs(args, module, optimizer, images, labels, test_images,
         while job.place[1] < n:
             rank, world = dist.get_rank(), dist.get_world_size()
             at = int(job.place[1])
-            step = min(world * args.batch_size, n - at)
+            step = min(int(job.place[3]), n - at)
             lo, hi = at + step * rank // world, at + step * (rank + 1) // world
             # A rank without a sample in the epoch's last step takes part
             # with a loss weighted to nothing; weighted world/step, the

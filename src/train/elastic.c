@@ -30,6 +30,7 @@ int elastic_init(elastic_t *e, trainer_t *t) {
   memset(e, 0, sizeof *e);
   e->t = t;
   e->launched = t->nranks;
+  e->step_samples = (int64_t)t->nranks * t->cfg.batch;
   e->launch_rank = malloc((size_t)t->nranks * sizeof *e->launch_rank);
   if (e->launch_rank == NULL)
     return -1;
@@ -111,13 +112,17 @@ static int shrink_once(elastic_t *e, char *err, size_t errlen) {
   return rc;
 }
 
-/* Rank 0's state and place in the epochs, to every rank of t's. */
-static int share_place(trainer_t *t, int64_t place[2], char *err,
+/*
+ * Rank 0's state and place, [epoch, cursor, samples a step], to every rank
+ * of t's.
+ */
+#define PLACE_FIELDS 3
+static int share_place(trainer_t *t, int64_t place[PLACE_FIELDS], char *err,
                        size_t errlen) {
   if (trainer_share_state(t, err, errlen) != 0)
     return -1;
   hoop_result_t res =
-      hoop_broadcast(t->comm, place, place, 2, HOOP_I64, 0, NULL);
+      hoop_broadcast(t->comm, place, place, PLACE_FIELDS, HOOP_I64, 0, NULL);
   if (res == HOOP_SUCCESS)
     return 0;
   snprintf(err, errlen, "sharing the place in the epochs: %s: %s",
@@ -126,8 +131,8 @@ static int share_place(trainer_t *t, int64_t place[2], char *err,
 }
 
 /*
- * Shrinks until the survivors share rank 0's state and place, [epoch,
- * cursor] (NULL: no place in the epochs to share).
+ * Shrinks until the survivors share rank 0's state and place (NULL: no
+ * place in the epochs to share).
  */
 static int recover(elastic_t *e, int64_t *place, char *err, size_t errlen) {
   trainer_t *t = e->t;
@@ -165,7 +170,8 @@ int elastic_recover(elastic_t *e, char *err, size_t errlen) {
  * The members' look for newcomers.  With some, t moves onto the grown
  * communicator and they get the state.  0, or -1 with err set.
  */
-static int let_in(elastic_t *e, int64_t place[2], char *err, size_t errlen) {
+static int let_in(elastic_t *e, int64_t place[PLACE_FIELDS], char *err,
+                  size_t errlen) {
   trainer_t *t = e->t;
   hoop_comm_t next = NULL;
   int joined = 0;
@@ -201,19 +207,20 @@ static int let_in(elastic_t *e, int64_t place[2], char *err, size_t errlen) {
 }
 
 int elastic_join(elastic_t *e, int *epoch, char *err, size_t errlen) {
-  int64_t place[2] = {0, 0};
+  int64_t place[PLACE_FIELDS] = {0, 0, 0};
   if (share_place(e->t, place, err, errlen) != 0)
     return -1;
   for (int r = 0; r < e->t->nranks; r++)
     e->launch_rank[r] = -1;
   *epoch = (int)place[0];
   e->cursor = place[1];
+  e->step_samples = place[2];
   return 0;
 }
 
-size_t elastic_split(size_t at, size_t n, int nranks, int batch, int rank,
+size_t elastic_split(size_t at, size_t n, int nranks, size_t most, int rank,
                      size_t *lo, size_t *hi) {
-  size_t ranks = (size_t)nranks, most = ranks * (size_t)batch;
+  size_t ranks = (size_t)nranks;
   size_t step = most < n - at ? most : n - at;
   *lo = at + step * (size_t)rank / ranks;
   *hi = at + step * (size_t)(rank + 1) / ranks;
@@ -221,9 +228,8 @@ size_t elastic_split(size_t at, size_t n, int nranks, int batch, int rank,
 }
 
 int elastic_train_epoch(elastic_t *e, const dataset_t *d, int epoch,
-                        int batch, uint64_t seed, double *loss_sum,
-                        long *correct, size_t *samples, char *err,
-                        size_t errlen) {
+                        uint64_t seed, double *loss_sum, long *correct,
+                        size_t *samples, char *err, size_t errlen) {
   trainer_t *t = e->t;
   size_t n = d->n;
   size_t *perm = dataset_permutation(n, seed, epoch);
@@ -231,11 +237,15 @@ int elastic_train_epoch(elastic_t *e, const dataset_t *d, int epoch,
     snprintf(err, errlen, "out of memory for the epoch's order");
     return -1;
   }
-  int64_t place[2] = {epoch, e->cursor};
+  int64_t place[PLACE_FIELDS] = {epoch, e->cursor, e->step_samples};
   e->cursor = 0;
   while ((size_t)place[1] < n) {
+    /* A rank holds at most batch_cap samples' activations. */
     size_t at = (size_t)place[1], lo, hi;
-    size_t step = elastic_split(at, n, t->nranks, batch, t->rank, &lo, &hi);
+    size_t most = (size_t)t->nranks * (size_t)t->model.batch_cap;
+    if ((size_t)place[2] < most)
+      most = (size_t)place[2];
+    size_t step = elastic_split(at, n, t->nranks, most, t->rank, &lo, &hi);
     /*
      * The epoch's last step may have fewer samples than ranks: a rank
      * without one takes part with a gradient scaled to nothing.  Scaled by

@@ -459,7 +459,7 @@ static int run_elastic_epoch(struct run *run, int epoch,
   double loss_sum = 0.0, t0 = now_s();
   long correct = 0, test_right = 0, test_total = 0;
   size_t samples = 0;
-  if (elastic_train_epoch(&run->el, &run->train_set, epoch, o->batch, o->seed,
+  if (elastic_train_epoch(&run->el, &run->train_set, epoch, o->seed,
                           &loss_sum, &correct, &samples, err,
                           sizeof err) != 0) {
     fprintf(stderr, "hoop-train: rank %d: epoch %d: %s\n", run->rank,
