@@ -158,8 +158,8 @@ std::string share_text(uintptr_t handle, const std::string& text) {
   return std::string(buf);
 }
 
-// Where rank 0 of the survivors' communicator listens (an IP address), for
-// the store that their new process group meets on.
+// Where rank 0 of a survivors' or grown communicator listens (an IP
+// address), for the store that their new process group meets on.
 std::string listen_address(uintptr_t handle) {
   hoop_comm_t comm = comm_of(handle);
   hoop_rank_info_t info = HOOP_RANK_INFO_INIT;
@@ -206,10 +206,11 @@ PYBIND11_MODULE(_C, m) {
         "In a replacement: joins the running job (hoop_comm_join) once its "
         "members grow; returns (rank, size, handle of its communicator)");
   m.def("share_text", &share_text,
-        "Rank 0's text (up to 255 bytes) to every rank of a survivors' or grown "
-        "communicator");
+        "Rank 0's text (up to 255 bytes) to every rank of a survivors' or "
+        "grown communicator");
   m.def("listen_address", &listen_address,
-        "The IP address rank 0 of a survivors' communicator listens on");
+        "The IP address rank 0 of a survivors' or grown communicator "
+        "listens on");
   m.def(
       "destroy",
       [](uintptr_t handle) { hoop_comm_destroy(comm_of(handle)); },

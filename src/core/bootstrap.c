@@ -528,7 +528,7 @@ static hoop_result_t join_root(struct hoop_comm *comm,
   }
   if (rep.nranks < comm->nranks) {
     HOOP_WARN("rendezvous: the job formed of %d of its %d ranks "
-              "(HOOP_ELASTIC=1): rank %d is rank %d",
+              "(HOOP_ELASTIC=1): rank %d as launched is now rank %d",
               rep.nranks, comm->nranks, comm->rank, rep.rank);
     take_place(comm, rep.rank, rep.nranks);
   } else if (rep.rank != comm->rank) {
