@@ -41,6 +41,19 @@ def value(old_rank):
     return torch.arange(1001, dtype=torch.float64) + 1000 * (old_rank + 1)
 
 
+def step_keeps_replicas_equal(ddp, model, optimizer, me):
+    """One DDP step on each rank's own input; True when every replica's
+    parameters then agree, as they do only if their state did before."""
+    ddp(torch.full((16, 8), float(me))).sum().backward()
+    optimizer.step()
+    checksum = torch.tensor([sum(p.sum().item() for p in model.parameters())],
+                            dtype=torch.float64)
+    low, high = checksum.clone(), checksum.clone()
+    dist.all_reduce(low, op=dist.ReduceOp.MIN)
+    dist.all_reduce(high, op=dist.ReduceOp.MAX)
+    return low.item() == high.item()
+
+
 def survive(rank, nprocs, gloo, victim):
     from hoop_torch import elastic
     torch.manual_seed(1)
@@ -73,15 +86,7 @@ def survive(rank, nprocs, gloo, victim):
     place = torch.tensor([me + 7])
     elastic.share_state(model, optimizer, place)
     ok &= place.item() == 7
-    x = torch.full((16, 8), float(me))
-    ddp(x).sum().backward()
-    optimizer.step()
-    checksum = torch.tensor([sum(p.sum().item() for p in model.parameters())],
-                            dtype=torch.float64)
-    low, high = checksum.clone(), checksum.clone()
-    dist.all_reduce(low, op=dist.ReduceOp.MIN)
-    dist.all_reduce(high, op=dist.ReduceOp.MAX)
-    ok &= low.item() == high.item()
+    ok &= step_keeps_replicas_equal(ddp, model, optimizer, me)
     print(f"rank {rank} -> {me} of {world}: old ranks {old}, "
           f"{'ok' if ok else 'WRONG'}", flush=True)
     return ok
@@ -125,14 +130,7 @@ def grow(rank, nprocs, gloo):
     momentum = [optimizer.state[p].get("momentum_buffer")
                 for p in model.parameters()]
     ok &= all(m is not None for m in momentum)
-    ddp(torch.full((16, 8), float(me))).sum().backward()
-    optimizer.step()
-    checksum = torch.tensor([sum(p.sum().item() for p in model.parameters())],
-                            dtype=torch.float64)
-    low, high = checksum.clone(), checksum.clone()
-    dist.all_reduce(low, op=dist.ReduceOp.MIN)
-    dist.all_reduce(high, op=dist.ReduceOp.MAX)
-    ok &= low.item() == high.item()
+    ok &= step_keeps_replicas_equal(ddp, model, optimizer, me)
     print(f"{'member' if member else 'newcomer'} {rank} -> {me} of {world}: "
           f"{'ok' if ok else 'WRONG'}", flush=True)
     return ok
