@@ -7,12 +7,12 @@
 #ifndef HOOP_BENCH_SCALE_PROBE_H
 #define HOOP_BENCH_SCALE_PROBE_H
 
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "proc_self.h"
 #include "timing.h"
 
 #define SMALL_COUNT 1024 /* 4 KiB of floats */
@@ -72,35 +72,6 @@ static size_t count_wrong_alltoall(const char *prog, const int *buf,
                 prog, rank, i, s, buf[(size_t)s * count + i],
                 s * nranks + rank);
   return wrong;
-}
-
-/* VmHWM from /proc/self/status, in KiB; -1 when it cannot be read. */
-static long peak_rss_kb(void) {
-  FILE *f = fopen("/proc/self/status", "r");
-  if (f == NULL)
-    return -1;
-  char line[256];
-  long kb = -1;
-  while (fgets(line, sizeof line, f) != NULL)
-    if (sscanf(line, "VmHWM: %ld kB", &kb) == 1)
-      break;
-  fclose(f);
-  return kb;
-}
-
-/* Open descriptors, not counting the one that lists them; -1 on error. */
-static long open_fds(void) {
-  DIR *d = opendir("/proc/self/fd");
-  if (d == NULL)
-    return -1;
-  long n = 0;
-  int self = dirfd(d);
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL)
-    if (e->d_name[0] != '.' && atoi(e->d_name) != self)
-      n++;
-  closedir(d);
-  return n;
 }
 
 #endif /* HOOP_BENCH_SCALE_PROBE_H */

@@ -11,36 +11,13 @@
  */
 #define _POSIX_C_SOURCE 200809L
 
-#include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "hoop.h"
-
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
-static int open_fds(void) {
-  DIR *d = opendir("/proc/self/fd");
-  if (d == NULL)
-    return -1;
-  int n = 0;
-  while (readdir(d) != NULL)
-    n++;
-  closedir(d);
-  return n - 3; /* ".", ".." and the directory's own descriptor */
-}
-
-static int by_value(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
+#include "proc_self.h"
+#include "timing.h"
 
 static int fail(const char *what, hoop_comm_t comm, hoop_result_t res) {
   fprintf(stderr, "hoop-shrink-cost: %s: %s: %s\n", what,
@@ -66,17 +43,17 @@ int main(void) {
     return fail("barrier", comm, res);
   if (rank == n - 1)
     raise(SIGKILL);
-  int fds_before = open_fds();
+  long fds_before = open_fds();
   while ((res = hoop_allreduce(comm, &x, &x, 1, HOOP_F32, HOOP_SUM, NULL)) ==
          HOOP_SUCCESS)
     ;
-  double t0 = now_ms();
+  double t0 = now_s();
   hoop_comm_t next = NULL;
   res = hoop_comm_shrink(comm, NULL, &next, NULL);
-  double took = now_ms() - t0;
+  double took = (now_s() - t0) * 1e3;
   if (res != HOOP_SUCCESS)
     return fail("shrink", comm, res);
-  int fds_after = open_fds();
+  long fds_after = open_fds();
   int left = 0;
   hoop_comm_size(next, &left);
   double *all = malloc(sizeof *all * (size_t)left);
@@ -88,9 +65,9 @@ int main(void) {
   int me = 0;
   hoop_comm_rank(next, &me);
   if (me == 0) {
-    qsort(all, (size_t)left, sizeof *all, by_value);
+    qsort(all, (size_t)left, sizeof *all, cmp_double);
     printf("ranks %d: shrink to %d, slowest %.1f ms, median %.1f ms; rank "
-           "0's descriptors %d before, %d after\n",
+           "0's descriptors %ld before, %ld after\n",
            n, left, all[left - 1], all[left / 2], fds_before, fds_after);
   }
   free(all);
