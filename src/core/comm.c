@@ -210,6 +210,7 @@ static void comm_free(struct hoop_comm *comm) {
   free(comm->peer_sent);
   free(comm->peer_received);
   free(comm->lost);
+  free(comm->asked_me);
   free(comm->fetched);
   free(comm->scratch);
   if (comm->plans != NULL)
@@ -332,10 +333,12 @@ hoop_result_t hoop__comm_create(struct hoop_comm **out, int nranks, int rank,
   comm->peer_sent = calloc((size_t)nranks, sizeof *comm->peer_sent);
   comm->peer_received = calloc((size_t)nranks, sizeof *comm->peer_received);
   comm->lost = calloc((size_t)nranks, sizeof *comm->lost);
+  comm->asked_me = calloc((size_t)nranks, sizeof *comm->asked_me);
   comm->fetched = calloc((size_t)nranks, sizeof *comm->fetched);
   if (comm->peers == NULL || comm->conns == NULL ||
       comm->peer_sent == NULL || comm->peer_received == NULL ||
-      comm->lost == NULL || comm->fetched == NULL) {
+      comm->lost == NULL || comm->asked_me == NULL ||
+      comm->fetched == NULL) {
     res = HOOP_ERROR(NULL, HOOP_ERR_NO_MEMORY, "communicator tables");
     goto out_free;
   }

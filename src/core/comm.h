@@ -155,11 +155,13 @@ struct hoop_comm {
    * the calls (which also answers the peers' questions): the ranks this
    * one holds lost, 1 each, marked by the stall report (a rank that did
    * not answer) and by the shrink's own questions; whether it is in
-   * hoop_comm_shrink, or was left out by the others; and on the
-   * survivors' coordinator, the id it decided on and who has fetched it.
+   * hoop_comm_shrink, or was left out by the others; who asked this rank
+   * where it is while it shrank; and on the survivors' coordinator, the id
+   * it decided on and who has fetched it.
    */
-  uint8_t *lost;    /* [nranks] */
-  uint8_t *fetched; /* [nranks] */
+  uint8_t *lost;     /* [nranks] */
+  uint8_t *asked_me; /* [nranks] */
+  uint8_t *fetched;  /* [nranks] */
   bool shrinking;
   bool excluded;
   bool decided;

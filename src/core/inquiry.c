@@ -34,11 +34,15 @@ void hoop__comm_waiting(struct hoop_comm *comm, int peer, int send,
   __atomic_store_n(&comm->wait_since_ms, since_ms, __ATOMIC_RELAXED);
 }
 
-/* The ranks this one holds lost, as far as a whereabouts holds them. */
+/*
+ * The ranks this one holds lost, as far as a whereabouts holds them.  A
+ * rank the survivors left out holds itself lost too: a shrinking rank that
+ * took it for its coordinator then moves on to the next at once.
+ */
 static void put_lost(const struct hoop_comm *comm,
                      struct hoop_whereabouts *w) {
   for (int p = 0; p < comm->nranks && w->nlost < HOOP_SHRINK_MAX_LOST; p++) {
-    if (comm->lost[p])
+    if (comm->lost[p] || (p == comm->rank && comm->excluded))
       w->lost[w->nlost++] = p;
   }
 }
@@ -70,6 +74,8 @@ void hoop__comm_answer_query(struct hoop_comm *comm, int fd, int from) {
     w.plan.back_bytes = 0;
   }
   put_lost(comm, &w);
+  if (comm->shrinking)
+    comm->asked_me[from] = 1;
   if (comm->decided && !comm->excluded) {
     w.decided = 1;
     memcpy(w.next_id, comm->next_id.internal, sizeof w.next_id);

@@ -3,22 +3,32 @@
  * left and meet in a new communicator, without the help of the ranks that
  * died or stopped.
  *
- * Every rank asks every other where it is, over the broken communicator's
- * listeners (inquiry.c), round after round, answering the others' questions
- * while it waits.  A rank whose listener refuses has gone; the answers carry
- * the ranks each holds lost (its own refusals, and the ranks its stall
- * report found silent), and every rank adds those to its own, so the lists
- * only grow and soon agree.  A rank that has not come to hoop_comm_shrink
- * within the communicator's timeout is held lost too.
+ * The lowest rank not held lost coordinates.  It asks the others where
+ * they are, over the broken communicator's listeners (inquiry.c), round
+ * after round; every other rank asks only the coordinator, and all answer
+ * the questions they are asked while they wait.  Asking everyone from
+ * everywhere cost N(N-1) connections a round, and at 64 ranks on two cores
+ * the rounds never finished (bench/results/2026-11-29-shrink-cost.md);
+ * this way a round costs 2(N-1).
  *
- * The lowest rank not held lost coordinates: once every rank it does not
- * hold lost is shrinking and holds the same ranks lost, it decides, makes
- * the id the survivors meet on, and hands it out in its answers.  A rank
- * takes the decision from the first answer that carries it, so a rank that
- * never sees everyone agree still follows.  The coordinator then sends every
- * rank it left out a sealed notice that it was excluded: a rank stopped by a
- * signal or a debugger reads it when it runs again, and so gets an error
- * and no place, never a communicator of its own.
+ * A rank whose listener refuses has gone.  The answers carry the ranks each
+ * holds lost (its own refusals, and the ranks its stall report found
+ * silent), and every rank adds those to its own, so the lists only grow:
+ * the coordinator gathers them from everyone, and the others take the
+ * coordinator's.  Once a rank has answered that it is shrinking, its
+ * answer stands: what it held lost is in the coordinator's list, and what
+ * it learns later it learns from the coordinator.  So a rank that missed a
+ * round (a loaded machine) is asked again, and one that answered is not.
+ * A rank that has not come to hoop_comm_shrink within the communicator's
+ * timeout is held lost too, and so is a coordinator that does not answer
+ * by then: the next rank coordinates.
+ *
+ * Once every rank the coordinator does not hold lost has answered that it
+ * is shrinking, it decides, makes the id the survivors meet on, and hands
+ * it out in its answers; each rank takes the ranks lost from the decision.  It then sends every rank it left
+ * out a sealed notice that it was excluded: a rank stopped by a signal or a
+ * debugger reads it when it runs again, and so gets an error and no place,
+ * never a communicator of its own.
  *
  * The public hoop_comm_shrink (collectives.c) then checks that the new
  * communicator formed on every survivor.
@@ -31,17 +41,40 @@
 #include "core/error.h"
 #include "core/log.h"
 
-/* How long one round waits for answers. */
-#define ROUND_MS 100
+/*
+ * How long one round waits for answers, and how often rounds start, each
+ * growing with the ranks: the coordinator's answers come from N-1
+ * processes that may share its cores, and N-1 ranks ask it every round.
+ */
+#define ANSWER_MS 100
+#define PACE_MS 20
+#define MS_PER_RANK 2
+#define ROUND_MS_MAX 1000
 /* How long a rank entering the shrink reads what its listener holds. */
 #define SETTLE_MS 50
+/*
+ * Past the patience, how many rounds in a row a rank may be asked without
+ * answering that it is shrinking before it is held lost: a coordinator
+ * that takes over has not been asked before.
+ */
+#define ABSENT_ROUNDS 3
+
+static int round_ms(int base, int nranks) {
+  int ms = base + MS_PER_RANK * nranks;
+  return ms < ROUND_MS_MAX ? ms : ROUND_MS_MAX;
+}
 
 struct shrink {
   struct hoop_comm *comm;
-  struct hoop_whereabouts *where; /* [nranks] this round's answers */
-  enum hoop_answer *got;          /* [nranks] */
-  uint8_t *skip;                  /* [nranks] whom not to ask */
-  long long patience;             /* from then, the absent are lost */
+  struct hoop_whereabouts *where; /* [nranks] each rank's latest answer */
+  enum hoop_answer *got;          /* [nranks] what `where` holds */
+  struct hoop_whereabouts *heard; /* [nranks] this round's answers */
+  enum hoop_answer *heard_got;     /* [nranks] */
+  int *missed; /* [nranks] rounds in a row asked and not shrinking */
+  uint8_t *skip; /* [nranks] whom not to ask */
+  int answer_ms;
+  int pace_ms;
+  long long patience; /* from then, the absent are lost */
   long long give_up;
 };
 
@@ -58,18 +91,6 @@ static int lowest_kept(const struct hoop_comm *comm) {
       return p;
   }
   return -1;
-}
-
-/* Whether w holds exactly the ranks that this rank holds lost. */
-static bool same_lost(const struct hoop_comm *comm,
-                      const struct hoop_whereabouts *w) {
-  if (w->nlost != count_lost(comm))
-    return false;
-  for (int i = 0; i < w->nlost; i++) {
-    if (!comm->lost[w->lost[i]])
-      return false;
-  }
-  return true;
 }
 
 static hoop_result_t left_out(struct hoop_comm *comm, int by) {
@@ -113,30 +134,71 @@ static hoop_result_t learn(struct shrink *s, int *decider) {
   return HOOP_SUCCESS;
 }
 
-/* Past the patience: ranks that are not shrinking by now are lost. */
+/* Past the patience: ranks asked that are not shrinking by now are lost. */
 static void lose_the_absent(struct shrink *s) {
   struct hoop_comm *comm = s->comm;
   for (int p = 0; p < comm->nranks; p++) {
-    if (p == comm->rank || comm->lost[p])
+    if (s->skip[p] || comm->lost[p] || s->missed[p] < ABSENT_ROUNDS)
       continue;
-    if (s->got[p] != HOOP_ANSWER_GIVEN ||
-        s->where[p].state != HOOP_AT_SHRINKING) {
-      HOOP_WARN("rank %d: hoop_comm_shrink: rank %d did not come within "
-                "%d ms; the others go on without it",
-                comm->rank, p, comm->timeout_ms);
-      comm->lost[p] = 1;
-    }
+    HOOP_WARN("rank %d: hoop_comm_shrink: rank %d did not come within "
+              "%d ms; the others go on without it",
+              comm->rank, p, comm->timeout_ms);
+    comm->lost[p] = 1;
   }
 }
 
-/* Whether every rank not held lost is shrinking and agrees on the lost. */
+/*
+ * Whether p has answered that it is shrinking; learn() has added the
+ * ranks it held lost to this rank's.
+ */
+static bool stands(const struct shrink *s, int p) {
+  return s->got[p] == HOOP_ANSWER_GIVEN &&
+         s->where[p].state == HOOP_AT_SHRINKING;
+}
+
+/*
+ * Whom to ask this round: the coordinator asks the ranks whose answers do
+ * not stand; any other rank asks the coordinator, and the ranks that asked
+ * it since the last round.  A rank asks another only when it takes that
+ * one for the coordinator, or coordinates itself: so a rank that holds
+ * more ranks lost than this one tells it so without being asked by all.
+ */
+static void choose_asked(struct shrink *s) {
+  struct hoop_comm *comm = s->comm;
+  int coordinator = lowest_kept(comm);
+  for (int p = 0; p < comm->nranks; p++) {
+    s->skip[p] = p == comm->rank || comm->lost[p] ||
+                 (coordinator == comm->rank
+                      ? stands(s, p)
+                      : p != coordinator && !comm->asked_me[p]);
+    comm->asked_me[p] = 0;
+  }
+}
+
+/* Asks the chosen ranks, and keeps what they say. */
+static void ask_round(struct shrink *s) {
+  struct hoop_comm *comm = s->comm;
+  hoop__comm_ask(comm, s->skip, s->answer_ms, s->heard, s->heard_got);
+  for (int p = 0; p < comm->nranks; p++) {
+    if (s->skip[p])
+      continue;
+    if (s->heard_got[p] == HOOP_ANSWER_GIVEN) {
+      s->where[p] = s->heard[p];
+      s->got[p] = HOOP_ANSWER_GIVEN;
+    } else if (s->heard_got[p] == HOOP_ANSWER_GONE) {
+      s->got[p] = HOOP_ANSWER_GONE;
+    }
+    bool shrinking = s->heard_got[p] == HOOP_ANSWER_GIVEN &&
+                     s->heard[p].state == HOOP_AT_SHRINKING;
+    s->missed[p] = shrinking ? 0 : s->missed[p] + 1;
+  }
+}
+
+/* Whether every rank not held lost has answered that it is shrinking. */
 static bool all_agree(const struct shrink *s) {
   const struct hoop_comm *comm = s->comm;
   for (int p = 0; p < comm->nranks; p++) {
-    if (p == comm->rank || comm->lost[p])
-      continue;
-    if (s->got[p] != HOOP_ANSWER_GIVEN ||
-        s->where[p].state != HOOP_AT_SHRINKING || !same_lost(comm, &s->where[p]))
+    if (p != comm->rank && !comm->lost[p] && !stands(s, p))
       return false;
   }
   return true;
@@ -152,6 +214,16 @@ static void list_undecided(const struct shrink *s, char *buf, size_t len) {
       continue;
     used += (size_t)snprintf(buf + used, len - used, "%s%d",
                              used > 0 ? ", " : "", p);
+  }
+}
+
+/* Answers the others' questions until `until`. */
+static hoop_result_t serve_until(struct hoop_comm *comm, long long until) {
+  for (;;) {
+    long long left = until - hoop__now_ms();
+    HOOP_CHECK(hoop__comm_serve(comm, left > 0 ? (int)left : 0));
+    if (left <= 0)
+      return HOOP_SUCCESS;
   }
 }
 
@@ -178,16 +250,17 @@ static hoop_result_t hand_out(struct shrink *s) {
      * One that has gone since would hold up the survivors' rendezvous for
      * its whole timeout: fail now, and the next shrink leaves it out.
      */
-    hoop__comm_ask(comm, s->skip, ROUND_MS, s->where, s->got);
+    long long round_end = hoop__now_ms() + s->pace_ms;
+    hoop__comm_ask(comm, s->skip, s->answer_ms, s->heard, s->heard_got);
     for (int p = 0; p < comm->nranks; p++) {
       char desc[128];
-      if (!s->skip[p] && s->got[p] == HOOP_ANSWER_GONE)
+      if (!s->skip[p] && s->heard_got[p] == HOOP_ANSWER_GONE)
         return HOOP_ERROR(comm, HOOP_ERR_REMOTE,
                           "hoop_comm_shrink: %s was lost before it learnt "
                           "who goes on (call it again to go on without it)",
                           hoop__peer_desc(comm, p, desc, sizeof desc));
     }
-    HOOP_CHECK(hoop__comm_serve(comm, 20));
+    HOOP_CHECK(serve_until(comm, round_end));
   }
 }
 
@@ -209,7 +282,9 @@ static hoop_result_t agree(struct shrink *s) {
       return HOOP_ERROR(comm, HOOP_ERR_ABORTED,
                         "hoop_comm_abort() was called during "
                         "hoop_comm_shrink");
-    hoop__comm_ask(comm, comm->lost, ROUND_MS, s->where, s->got);
+    long long round_end = hoop__now_ms() + s->pace_ms;
+    choose_asked(s);
+    ask_round(s);
     if (comm->excluded)
       return HOOP_ERR_REMOTE;
     int decider;
@@ -246,7 +321,7 @@ static hoop_result_t agree(struct shrink *s) {
                         "rank(s) %s",
                         2 * comm->timeout_ms, who);
     }
-    HOOP_CHECK(hoop__comm_serve(comm, 20));
+    HOOP_CHECK(serve_until(comm, round_end));
   }
 }
 
@@ -266,10 +341,15 @@ static hoop_result_t shrink(struct shrink *s, const hoop_config_t *config,
   /* A shrink after one that failed (a survivor died meanwhile) starts over. */
   comm->decided = false;
   memset(comm->fetched, 0, (size_t)comm->nranks);
+  memset(comm->asked_me, 0, (size_t)comm->nranks);
   HOOP_CHECK(hoop__comm_serve(comm, SETTLE_MS));
   long long start = hoop__now_ms();
   s->patience = start + comm->timeout_ms;
   s->give_up = start + 2LL * comm->timeout_ms;
+  s->answer_ms = round_ms(ANSWER_MS, comm->nranks);
+  s->pace_ms = round_ms(PACE_MS, comm->nranks);
+  for (int p = 0; p < comm->nranks; p++)
+    s->got[p] = HOOP_ANSWER_NONE;
   HOOP_CHECK(agree(s));
   int kept = comm->nranks - count_lost(comm), newrank = 0;
   for (int p = 0, i = 0; p < comm->nranks; p++) {
@@ -314,15 +394,22 @@ hoop_result_t hoop__comm_shrink(struct hoop_comm *comm,
       .comm = comm,
       .where = calloc((size_t)n, sizeof *s.where),
       .got = calloc((size_t)n, sizeof *s.got),
+      .heard = calloc((size_t)n, sizeof *s.heard),
+      .heard_got = calloc((size_t)n, sizeof *s.heard_got),
+      .missed = calloc((size_t)n, sizeof *s.missed),
       .skip = calloc((size_t)n, sizeof *s.skip),
   };
   hoop_result_t res =
-      s.where == NULL || s.got == NULL || s.skip == NULL
+      s.where == NULL || s.got == NULL || s.heard == NULL ||
+              s.heard_got == NULL || s.missed == NULL || s.skip == NULL
           ? HOOP_ERROR(comm, HOOP_ERR_NO_MEMORY,
                        "hoop_comm_shrink: tables for %d ranks", n)
           : shrink(&s, config, newcomm, old_ranks);
   free(s.where);
   free(s.got);
+  free(s.heard);
+  free(s.heard_got);
+  free(s.missed);
   free(s.skip);
   hoop__comm_leave(comm);
   return res;
