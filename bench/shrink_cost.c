@@ -5,9 +5,9 @@
  * next all-reduce fails; each survivor then times its shrink, from the
  * failed call's return to its own new communicator, and new rank 0 prints
  * the slowest and the median survivor's time (an all-gather on the new
- * communicator) with the descriptors rank 0 held before and after.  A
- * shrink asks every rank of every other, round after round, so its cost
- * grows as N^2 connections; this puts numbers on it.
+ * communicator) with the descriptors rank 0 held before and after.  The
+ * shrink's coordinator asks every survivor and is asked by every one, on
+ * cores all the ranks share; this puts numbers on how that grows.
  */
 #define _POSIX_C_SOURCE 200809L
 
