@@ -218,6 +218,9 @@ TEST(Shrink, AStoppedRankIsLeftOutAndWokenGetsAnError) {
 
 TEST(Shrink, AStoppedLowestRankIsLeftOut) {
   shrink_case({3, {0}, SIGSTOP, HOOP_ALGO_RING, 1500, 1.4});
+  // Ranks whose call failed on a notice, not on their own stall report,
+  // take the stopped rank for their coordinator until the next one asks.
+  shrink_case({16, {0}, SIGSTOP, HOOP_ALGO_RING, 1500, 1.4});
 }
 
 // A rank that dies as the others shrink, at whatever step of it: the
