@@ -25,10 +25,10 @@
  *
  * Once every rank the coordinator does not hold lost has answered that it
  * is shrinking, it decides, makes the id the survivors meet on, and hands
- * it out in its answers; each rank takes the ranks lost from the decision.  It then sends every rank it left
- * out a sealed notice that it was excluded: a rank stopped by a signal or a
- * debugger reads it when it runs again, and so gets an error and no place,
- * never a communicator of its own.
+ * it out in its answers, from which every rank takes the ranks lost.  It
+ * then sends every rank it left out a sealed notice that it was excluded:
+ * a rank stopped by a signal or a debugger reads it when it runs again,
+ * and so gets an error and no place, never a communicator of its own.
  *
  * The public hoop_comm_shrink (collectives.c) then checks that the new
  * communicator formed on every survivor.
@@ -69,8 +69,8 @@ struct shrink {
   struct hoop_whereabouts *where; /* [nranks] each rank's latest answer */
   enum hoop_answer *got;          /* [nranks] what `where` holds */
   struct hoop_whereabouts *heard; /* [nranks] this round's answers */
-  enum hoop_answer *heard_got;     /* [nranks] */
-  int *missed; /* [nranks] rounds in a row asked and not shrinking */
+  enum hoop_answer *heard_got;    /* [nranks] */
+  int *missed;   /* [nranks] rounds in a row asked and not shrinking */
   uint8_t *skip; /* [nranks] whom not to ask */
   int answer_ms;
   int pace_ms;
