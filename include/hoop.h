@@ -467,10 +467,12 @@ HOOP_API const char *hoop_algo_name(hoop_algo_t algo);
 
 /*
  * The cost model behind HOOP_ALGO_AUTO.  A schedule costs alpha per
- * sequential message hop plus, across hosts, link_beta per byte on its
- * busiest link; when every rank shares one host, host_beta per byte
- * copied by its busiest rank (or by all ranks shared among the cores),
- * where over shared memory a byte reduced counts as 1.5 bytes copied.
+ * sequential message hop (across hosts, a hop between two ranks of one
+ * host costs HOOP_HOST_ALPHA_NS instead) plus, across hosts, link_beta
+ * per byte on its busiest link; when every rank shares one host, host_beta
+ * per byte copied by its busiest rank (or by all ranks shared among the
+ * cores), where over shared memory a byte reduced counts as 1.5 bytes
+ * copied.
  */
 #define HOOP_MODEL_VERSION 1
 typedef struct hoop_model {

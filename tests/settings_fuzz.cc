@@ -182,6 +182,10 @@ const Tunable kTunables[] = {
      [](Rng &rng) {
        return std::to_string(rng.pick({0, 1000, 20000, 1000000}));
      }},
+    {"HOOP_HOST_ALPHA_NS", 0.2,
+     [](Rng &rng) {
+       return std::to_string(rng.pick({0, 1000, 20000, 1000000}));
+     }},
     {"HOOP_LINK_MBPS", 0.2,
      [](Rng &rng) {
        return std::to_string(rng.pick({1, 100, 2000, 100000}));

@@ -135,13 +135,30 @@ static double host_bytes(const struct hoop_comm *comm, hoop_coll_t coll,
 }
 
 /*
+ * Latency of `nhops` sequential hops across hosts, `crossings` of them
+ * between hosts: the others go between cores of one host, at
+ * host_alpha_s.  The ring and the hierarchical all-reduce both pay it
+ * there, so that neither wins on hops the other gets for free: with the
+ * ring's free and the hierarchical one's at the network's latency, 1 MiB
+ * on 512 hosts of 8 went to the ring, which hoop-sim (1 us a memory hop)
+ * ran in 28.0 ms, the hierarchical all-reduce in 22.0.  The default of
+ * HOOP_HOST_ALPHA_NS, 1 us, is hoop-sim's memory link's latency and about
+ * what a 4 KiB hand-over between 2 ranks took over shm on this project's
+ * VM (1.15 us, bench/results/2026-11-24-allreduce-shm-4k.md).
+ */
+static double hops_latency(const struct hoop_comm *comm, double nhops,
+                           double crossings) {
+  return crossings * comm->alpha_s + (nhops - crossings) * comm->host_alpha_s;
+}
+
+/*
  * An all-reduce across hosts with several ranks each, whose ranks share
  * their host's link: the hops and link bytes above assume a link per rank.
  * The ring follows the hosts (topology.c), so of its 2(N-1) sequential
  * hops (N-1 for reduce-scatter and all-gather, which go the same way)
  * only the share that crosses hosts, M of every N, pays the network's
- * latency (a hop between cores has no price here), and each host's link
- * carries one ring edge each way, as one rank's would.  The trees are laid
+ * latency, the rest a hop between cores' (hops_latency), and each host's
+ * link carries one ring edge each way, as one rank's would.  The trees are laid
  * out by rank: a host's link carries every half-buffer its ranks exchange
  * with other hosts.  The server's host link carries the bytes of every
  * rank off the root's host.  hoop-sim showed the need: on 8-64 hosts of 8
@@ -155,23 +172,25 @@ static double host_bytes(const struct hoop_comm *comm, hoop_coll_t coll,
  * network at the same time (a host's ranks sit together in the heap).  So
  * the first slice comes back after twice its path's load in slices
  * (hoop__tree_allreduce_hosts), the others follow at the busiest link's
- * rate, and of its hops only the crossings pay the network's latency (as
- * the ring's).  Priced by the busiest link alone, 1 MiB on 512 hosts of 8
- * (2 slices a half) went to the tree, which hoop-sim ran in 41.9 ms, the
- * ring in 28.0; and 4 KiB on 8 hosts of 8 to the server at 407 us, the
- * tree's 198.5 being priced 298 with all 12 hops at the network's
- * latency.  Now the model is within 0.91-1.12x of hoop-sim's tree up to
- * 1 MiB on 2-64 hosts of 2-8 ranks and 512 of 8.  Past that it can be
- * low (0.61x at 64 MiB on 64 hosts of 8), where the ring is 15 times
- * faster anyway (bench/results/2026-11-29-auto-tree.md).
+ * rate, and of its hops only the crossings pay the network's latency, the
+ * others a memory hop's (as the ring's).  Priced by the busiest link
+ * alone, 1 MiB on 512 hosts of 8 (2 slices a half) went to the tree,
+ * which hoop-sim ran in 41.9 ms, the ring in 28.0; and 4 KiB on 8 hosts
+ * of 8 to the server at 407 us, the tree's 198.5 being priced 298 with
+ * all 12 hops at the network's latency.  Now the model is within
+ * 0.91-1.12x of hoop-sim's tree up to 1 MiB on 2-64 hosts of 2-8 ranks
+ * and 512 of 8.  Past that it can be low (0.61x at 64 MiB on 64 hosts of
+ * 8), where the ring is 15 times faster anyway
+ * (bench/results/2026-11-29-auto-tree.md).
  */
 static void shared_links(const struct hoop_comm *comm, hoop_algo_t algo,
-                         double k, double *hops_out, double *bytes_out) {
+                         double nhops, double k, double *latency_out,
+                         double *bytes_out) {
   int n = comm->nranks, hosts = comm->nhosts;
   if (hosts >= n)
     return;
   if (algo == HOOP_ALGO_RING) {
-    *hops_out = *hops_out * hosts / n;
+    *latency_out = hops_latency(comm, nhops, nhops * hosts / n);
   } else if (algo == HOOP_ALGO_TREE) {
     struct hoop_tree_hosts t;
     if (hoop__tree_allreduce_hosts(n, comm->host_index, hosts, &t) == 0) {
@@ -179,7 +198,7 @@ static void shared_links(const struct hoop_comm *comm, hoop_algo_t algo,
       double slice = (double)comm->slice_bytes < half
                          ? (double)comm->slice_bytes
                          : half;
-      *hops_out = 2 * t.crossings;
+      *latency_out = hops_latency(comm, nhops, 2 * t.crossings);
       *bytes_out = (t.halves * (half - slice) + 2 * t.path_load * slice) /
                    TREE_LINK_EFFICIENCY;
     }
@@ -201,12 +220,17 @@ static void shared_links(const struct hoop_comm *comm, hoop_algo_t algo,
  * the model chose it on 16 hosts of 8 where hoop-sim's shared memory link
  * made it 1.2x slower than the ring (one core per host, 1 MiB-1 GiB).
  *
- * Its 2(L-1) hops inside the hosts are priced as network ones, unlike the
- * ring's: a phase starts only once the one before is done on the rank, and
- * on 2 emulated hosts of 2 ranks (1 Gbit/s) small calls took 37-62 us
- * hierarchically against 27-52 for the ring and 27-35 for the server
- * (4 B-2 KiB); from 16 KiB it was the fastest (110-132 us, the ring
- * 196).  Priced like the ring, it won the model at every size there.
+ * Its hops inside the hosts cost a memory hop each, as the ring's
+ * (hops_latency).  But a phase starts only once the one before is done on
+ * the rank, and on 2 emulated hosts of 2 ranks (1 Gbit/s) small calls took
+ * 37-62 us hierarchically against 27-52 for the ring and 27-35 for the
+ * server (4 B-2 KiB), reduce-scatter and all-gather at 4 KiB 55-69 against
+ * the ring's 32-40; from 16 KiB it was the fastest (110-132 us, the ring
+ * 196).  Priced like the ring, it won the model at every size there, so
+ * each phase after the first costs the network's latency: at 2 ranks a
+ * host as much as the model's former price of its hops inside as network
+ * ones, which grew with L (14 of them on hosts of 8, where hoop-sim found
+ * it the fastest at 4 KiB on 2 hosts and 64 KiB on 8, and at 1 MiB on 512).
  */
 static double hier_seconds(const struct hoop_comm *comm, hoop_coll_t coll,
                            double k) {
@@ -223,6 +247,12 @@ static double hier_seconds(const struct hoop_comm *comm, hoop_coll_t coll,
                       : 2;
   double inside_hops = coll == HOOP_COLL_REDUCE_SCATTER ? m * (l - 1)
                                                         : halves * (l - 1);
+  /*
+   * Phases that wait for the one before: reduce-scatter's rings inside
+   * after the first and its ring across; the all-reduce's ring across and
+   * its all-gather inside; the all-gather's ring inside.
+   */
+  double phase_waits = coll == HOOP_COLL_REDUCE_SCATTER ? m : halves;
   double across = halves * (m - 1) / m * k * comm->beta_s;
   double cores = comm->host_cores < l ? comm->host_cores : l;
   double per_rank = halves * (l - 1) / l * k;
@@ -230,7 +260,8 @@ static double hier_seconds(const struct hoop_comm *comm, hoop_coll_t coll,
                                                   : per_rank * l / cores) *
                   comm->host_beta_s;
   double segments = (double)hoop__hier_segments((size_t)k);
-  return (halves * (m - 1) * segments + inside_hops) * comm->alpha_s +
+  return (halves * (m - 1) * segments + phase_waits) * comm->alpha_s +
+         inside_hops * comm->host_alpha_s +
          (across > inside ? across : inside) + inside / segments;
 }
 
@@ -250,11 +281,12 @@ double hoop__predict(const struct hoop_comm *comm, hoop_coll_t coll,
   if (comm->single_host)
     return nhops * comm->alpha_s +
            host_bytes(comm, coll, algo, n, k) * comm->host_beta_s;
+  double latency = nhops * comm->alpha_s;
   double nbytes = link_bytes(coll, algo, n, k);
   if (coll == HOOP_COLL_ALLREDUCE || coll == HOOP_COLL_BARRIER ||
       (hier_covers(coll) && algo == HOOP_ALGO_RING))
-    shared_links(comm, algo, k, &nhops, &nbytes);
-  return nhops * comm->alpha_s + nbytes * comm->beta_s;
+    shared_links(comm, algo, nhops, k, &latency, &nbytes);
+  return latency + nbytes * comm->beta_s;
 }
 
 /*

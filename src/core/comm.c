@@ -250,6 +250,7 @@ static hoop_result_t apply_config(struct hoop_comm *comm,
   comm->pipeline_bytes = (size_t)hoop__param_pipeline_bytes();
   comm->oneshot_bytes = (size_t)hoop__param_oneshot_bytes();
   comm->alpha_s = (double)hoop__param_alpha_ns() * 1e-9;
+  comm->host_alpha_s = (double)hoop__param_host_alpha_ns() * 1e-9;
   comm->beta_s = 1.0 / ((double)mbps_at_least_1(hoop__param_link_mbps()) *
                         1e6);
   comm->host_beta_s =

@@ -80,6 +80,7 @@ struct hoop_comm {
    */
   const char *algo_source;
   double alpha_s;        /* cost model: seconds per message */
+  double host_alpha_s;   /* ... between ranks of one host, across hosts */
   double beta_s;         /* cost model: seconds per byte on a link */
   double host_beta_s;    /* cost model: seconds per byte copied on a host */
   int single_host;       /* every rank shares this rank's host */

@@ -23,6 +23,7 @@
   X(runtime_connect, "HOOP_RUNTIME_CONNECT", 1)                              \
   X(elastic, "HOOP_ELASTIC", 0)                                              \
   X(alpha_ns, "HOOP_ALPHA_NS", 20000)                                        \
+  X(host_alpha_ns, "HOOP_HOST_ALPHA_NS", 1000)                               \
   X(link_mbps, "HOOP_LINK_MBPS", 2000)                                       \
   X(host_mbps, "HOOP_HOST_MBPS", 5000)                                       \
   X(cuda_chunk_bytes, "HOOP_CUDA_CHUNK_BYTES", 4 * 1024 * 1024)            \

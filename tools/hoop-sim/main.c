@@ -35,8 +35,9 @@ static void usage(FILE *f) {
 "                [-b min] [-e max] [-f factor] [--sizes 4K,1M,...]\n"
 "                [--link-rate R] [--link-latency T] [--shm-rate R]\n"
 "                [--shm-latency T] [--slice B] [--max-ops N]\n"
-"                [--model-alpha T] [--model-link-rate R]\n"
-"                [--model-host-rate R] [--model-cores C]\n"
+"                [--model-alpha T] [--model-host-alpha T]\n"
+"                [--model-link-rate R] [--model-host-rate R]\n"
+"                [--model-cores C]\n"
 "\n"
 "Builds every rank's plan of the call with hoop's own builders (ring.c,\n"
 "tree.c, ps.c, hier.c) for a communicator held in memory, and runs the\n"
@@ -76,11 +77,13 @@ static void usage(FILE *f) {
 "                      bytes (s a power of two, shown in the table):\n"
 "                      slices s times larger.  Default 32M.  The ring's\n"
 "                      ops (about 4N^2) cannot shrink this way\n"
-"  --model-alpha T, --model-link-rate R, --model-host-rate R,\n"
-"  --model-cores C     the cost model's inputs for AUTO (HOOP_ALPHA_NS,\n"
-"                      HOOP_LINK_MBPS, HOOP_HOST_MBPS, cores); by\n"
-"                      default the simulated network's: latency, link\n"
-"                      rate, memory rate, and one core (one memory link)\n");
+"  --model-alpha T, --model-host-alpha T, --model-link-rate R,\n"
+"  --model-host-rate R, --model-cores C\n"
+"                      the cost model's inputs for AUTO (HOOP_ALPHA_NS,\n"
+"                      HOOP_HOST_ALPHA_NS, HOOP_LINK_MBPS, HOOP_HOST_MBPS,\n"
+"                      cores); by default the simulated network's: link\n"
+"                      latency, memory latency, link rate, memory rate,\n"
+"                      and one core (one memory link)\n");
 }
 
 static void die(const char *fmt, const char *arg) {
@@ -245,7 +248,7 @@ int main(int argc, char **argv) {
   enum {
     O_HOSTS = 256, O_PER_HOST, O_PLACEMENT, O_SIZES, O_LINK_RATE,
     O_LINK_LAT, O_SHM_RATE, O_SHM_LAT, O_SLICE, O_MAX_OPS, O_M_ALPHA,
-    O_M_LINK, O_M_HOST, O_M_CORES
+    O_M_HOST_ALPHA, O_M_LINK, O_M_HOST, O_M_CORES
   };
   static const struct option longopts[] = {
       {"hosts", required_argument, NULL, O_HOSTS},
@@ -259,6 +262,7 @@ int main(int argc, char **argv) {
       {"slice", required_argument, NULL, O_SLICE},
       {"max-ops", required_argument, NULL, O_MAX_OPS},
       {"model-alpha", required_argument, NULL, O_M_ALPHA},
+      {"model-host-alpha", required_argument, NULL, O_M_HOST_ALPHA},
       {"model-link-rate", required_argument, NULL, O_M_LINK},
       {"model-host-rate", required_argument, NULL, O_M_HOST},
       {"model-cores", required_argument, NULL, O_M_CORES},
@@ -300,6 +304,7 @@ int main(int argc, char **argv) {
     case O_SLICE: cfg.slice_bytes = parse_size(optarg); break;
     case O_MAX_OPS: cfg.max_ops = parse_size(optarg); break;
     case O_M_ALPHA: cfg.model_alpha_s = parse_time(optarg); break;
+    case O_M_HOST_ALPHA: cfg.model_host_alpha_s = parse_time(optarg); break;
     case O_M_LINK: cfg.model_link_beta_s = 1 / parse_rate(optarg); break;
     case O_M_HOST: cfg.model_host_beta_s = 1 / parse_rate(optarg); break;
     case O_M_CORES: cfg.model_host_cores = parse_int(optarg, "--model-cores");

@@ -108,6 +108,8 @@ static struct hoop_comm *comm_make(const struct hoop_sim_config *cfg,
   c->algo = HOOP_ALGO_AUTO;
   c->alpha_s = cfg->model_alpha_s > 0 ? cfg->model_alpha_s
                                       : cfg->link_latency;
+  c->host_alpha_s = cfg->model_host_alpha_s > 0 ? cfg->model_host_alpha_s
+                                                : cfg->shm_latency;
   c->beta_s = cfg->model_link_beta_s > 0 ? cfg->model_link_beta_s
                                          : 1.0 / cfg->link_rate;
   c->host_beta_s = cfg->model_host_beta_s > 0 ? cfg->model_host_beta_s

@@ -62,10 +62,12 @@ struct hoop_sim_config {
   int nsocks;
   /*
    * The cost model's inputs for AUTO.  Zero: taken from the simulated
-   * network (alpha the link latency, link beta 1 / link_rate, host beta
-   * 1 / shm_rate, one core: the one shared memory link).
+   * network (alpha the link latency, host alpha the memory link's, link
+   * beta 1 / link_rate, host beta 1 / shm_rate, one core: the one shared
+   * memory link).
    */
   double model_alpha_s;
+  double model_host_alpha_s;
   double model_link_beta_s;
   double model_host_beta_s;
   int model_host_cores;
