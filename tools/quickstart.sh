@@ -66,12 +66,14 @@ configure_and_build() {
 }
 
 # The suites that reach every transport (shm, tcp again under the "tcp."
-# prefix, ib over the fake verbs), the set-up and its attacks, and the
-# error paths, with a few collectives of every kind, built again with
-# AddressSanitizer and UBSan, where any report fails the test.
+# prefix, ib over the fake verbs), the set-up and its attacks, the error
+# paths and going on after them (shrink, grow and join, which read what
+# other processes send), with a few collectives of every kind, built again
+# with AddressSanitizer and UBSan, where any report fails the test.
 sanitized_suites=(test_security test_wire test_errors test_bootstrap test_shm
-                  test_p2p test_collectives test_ib_fake)
+                  test_p2p test_collectives test_ib_fake test_elastic)
 sanitized_cases='^(tcp\.)?(Auth|Malformed|Flood|Seals|Transports|Wire|Errors'
+sanitized_cases+='|Shrink|Grow\.|Form\.'
 sanitized_cases+='|P2PErrors|Bootstrap|SocketIfname|Shm|Slots|Topology'
 sanitized_cases+='|Ranks/AllToAll|Ranks/Groups|Ranks/Blocking'
 sanitized_cases+='|FakeVerbs|Fake/IbCollectives|IbCollectives|IbTeardown'
