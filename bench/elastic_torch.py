@@ -232,8 +232,11 @@ def main():
             acc = median_of(base[way], "accuracy")
             wall = median_of(base[way], "wall_s")
             went_on = r["code"] == 0 and r["epochs"] == epochs_of(a, way)
-            text = (f"{way} trial {t + 1}: kill rank {r['killed_rank']} at "
-                    f"{kill_at:.2f} s after epoch 1; exit {r['code']}, "
+            victim = (f"no kill (the run ended before {kill_at:.2f} s "
+                      f"after epoch 1)" if r["killed_rank"] is None else
+                      f"kill rank {r['killed_rank']} at {kill_at:.2f} s "
+                      f"after epoch 1")
+            text = (f"{way} trial {t + 1}: {victim}; exit {r['code']}, "
                     f"{r['epochs']} epochs "
                     f"({'went on' if went_on else 'STOPPED'}); ")
             if way != "torchrun":
@@ -260,11 +263,15 @@ def main():
     for way in ways:
         acc = median_of(base[way], "accuracy")
         wall = median_of(base[way], "wall_s")
-        runs = trials[way]
+        # A run that ended before its kill's moment proves nothing.
+        unkilled = sum(r["killed_rank"] is None for r in trials[way])
+        runs = [r for r in trials[way] if r["killed_rank"] is not None]
         went = sum(r["code"] == 0 and r["epochs"] == epochs_of(a, way)
                    for r in runs)
         lines += [
-            f"{way}: went on: {went} of {len(runs)}",
+            f"{way}: went on: {went} of {len(runs)} killed"
+            + (f" ({unkilled} more ended before their kill, left out)"
+               if unkilled else ""),
             f"{way}: wall minus baselines' median ({wall:.2f} s), s: "
             f"{spread([r['wall_s'] - wall for r in runs])}",
             f"{way}: baselines' wall, s: "
