@@ -1201,6 +1201,41 @@ TEST(HoopTrain, ElasticReplacementJoinsTheRunningJob) {
   EXPECT_EQ(column_sum(csv, "ranks_joined"), 1) << csv;
 }
 
+// A replacement loads its data before it joins, so one that cannot fails
+// alone, saying so, and the members, never kept waiting for it, finish on
+// three ranks without a second loss (had it joined first, its failure
+// would have been one more for them to shrink past).
+TEST(HoopTrain, AReplacementWithoutItsDataFailsBeforeJoining) {
+  if (access((kFashion + "/train-images-idx3-ubyte.gz").c_str(), R_OK) != 0)
+    GTEST_SKIP() << "Fashion-MNIST is not installed (apt-get install "
+                    "dataset-fashion-mnist)";
+  std::string dir = temp_dir();
+  std::string script =
+      kRun + " --elastic --respawn 1 -n 4 sh -c '"
+      "if [ -n \"$HOOP_JOIN\" ]; then set -- \"$@\" --data " + dir +
+      "/none; fi; exec " + kTrain + " \"$@\"' sh"
+      " --elastic --quiet --epochs 3 --train-limit 30000 --test-limit 5000"
+      " --metrics " + dir + "/m.csv > " + dir + "/out 2>&1 & run=$!; "
+      "for i in $(seq 600); do grep -q 'epoch 1/3' " + dir + "/out && break;"
+      " sleep 0.05; done; kill -9 $(pgrep -P $run | sed -n 3p); wait $run; "
+      "echo status $?; cat " + dir + "/out";
+  write_file(dir + "/run.sh",
+             std::vector<uint8_t>(script.begin(), script.end()), false);
+  std::string text = run_shell("bash " + dir + "/run.sh").text;
+  EXPECT_NE(text.find("status 0"), std::string::npos) << text;
+  EXPECT_NE(text.find("started a replacement for rank 2"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("hoop-train: the replacement: "), std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("rank(s) joined"), std::string::npos) << text;
+  std::string csv = slurp(dir + "/m.csv");
+  std::map<std::string, std::string> row = last_metrics(dir + "/m.csv");
+  EXPECT_EQ(row["epoch"], "3") << csv;
+  EXPECT_EQ(row["ranks"], "3") << csv;
+  EXPECT_EQ(column_sum(csv, "ranks_left"), 1) << csv;
+  EXPECT_EQ(column_sum(csv, "ranks_joined"), 0) << csv;
+}
+
 // A rank lost before the ranks met (here it never starts hoop-train): the
 // others form without it at half the timeout (HOOP_ELASTIC, which
 // --elastic sets), train, and its replacement joins them once they run.

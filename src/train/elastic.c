@@ -168,11 +168,13 @@ int elastic_recover(elastic_t *e, char *err, size_t errlen) {
 
 /*
  * The members' look for newcomers.  With some, t moves onto the grown
- * communicator and they get the state.  0, or -1 with err set.
+ * communicator and they get the state; rank 0 says how long the members
+ * waited for that.  0, or -1 with err set.
  */
 static int let_in(elastic_t *e, int64_t place[PLACE_FIELDS], char *err,
                   size_t errlen) {
   trainer_t *t = e->t;
+  double start = now_s();
   hoop_comm_t next = NULL;
   int joined = 0;
   hoop_result_t res = hoop_comm_grow(t->comm, NULL, &next, &joined);
@@ -199,8 +201,9 @@ static int let_in(elastic_t *e, int64_t place[PLACE_FIELDS], char *err,
     return -1;
   e->joined += joined;
   if (t->rank == 0) {
-    printf("hoop-train: %d rank(s) joined; %d ranks go on\n", joined,
-           t->nranks);
+    printf("hoop-train: %d rank(s) joined; %d ranks go on (the members "
+           "waited %.2f s for them)\n",
+           joined, t->nranks, now_s() - start);
     fflush(stdout);
   }
   return 0;

@@ -244,25 +244,28 @@ struct run {
   elastic_t el;  /* --elastic: the ranks left of the launched ones */
 };
 
-/* Loads both image sets, or says why not and leaves nothing loaded. */
-static int load_data(struct run *run) {
+/*
+ * Loads both image sets, or says why not and leaves nothing loaded.  `who`
+ * names this process in the message ("rank 2", or a replacement's).
+ */
+static int load_data(struct run *run, const char *who) {
   const struct options *o = run->o;
   char err[1024];
   if (dataset_load(o->data, "train", o->train_limit, &run->train_set, err,
                    sizeof err) != 0) {
-    fprintf(stderr, "hoop-train: rank %d: %s\n", run->rank, err);
+    fprintf(stderr, "hoop-train: %s: %s\n", who, err);
     return -1;
   }
   if (dataset_load(o->data, "t10k", o->test_limit, &run->test_set, err,
                    sizeof err) != 0) {
-    fprintf(stderr, "hoop-train: rank %d: %s\n", run->rank, err);
+    fprintf(stderr, "hoop-train: %s: %s\n", who, err);
     dataset_free(&run->train_set);
     return -1;
   }
   const dataset_t *train = &run->train_set, *test = &run->test_set;
   if (test->rows != train->rows || test->cols != train->cols) {
-    fprintf(stderr, "hoop-train: rank %d: the test images in %s are %dx%d, "
-            "the training images %dx%d\n", run->rank, o->data, test->rows,
+    fprintf(stderr, "hoop-train: %s: the test images in %s are %dx%d, "
+            "the training images %dx%d\n", who, o->data, test->rows,
             test->cols, train->rows, train->cols);
     dataset_free(&run->test_set);
     dataset_free(&run->train_set);
@@ -534,11 +537,22 @@ static int finish_epoch(struct run *run, const struct epoch_report *r) {
   return 0;
 }
 
-/* *comm is the communicator the run ends on (--elastic shrinks it). */
-static int train(const struct options *o, hoop_comm_t *comm, int rank,
+/*
+ * *comm is the communicator the run ends on (--elastic shrinks it).
+ * `start` holds the options, and a replacement's data sets, which it
+ * loaded before joining; the others load theirs here.  Either way the
+ * data sets are freed here.
+ */
+static int train(const struct run *start, hoop_comm_t *comm, int rank,
                  int nranks) {
-  struct run run = {.o = o, .comm = *comm, .rank = rank, .nranks = nranks};
-  if (load_data(&run) != 0)
+  struct run run = *start;
+  const struct options *o = run.o;
+  run.comm = *comm;
+  run.rank = rank;
+  run.nranks = nranks;
+  char who[32];
+  snprintf(who, sizeof who, "rank %d", rank);
+  if (!joining() && load_data(&run, who) != 0)
     return 1;
   trainer_config_t cfg = {.batch = o->batch, .optim = o->optim, .lr = o->lr,
                           .momentum = o->momentum,
@@ -605,11 +619,20 @@ int main(int argc, char **argv) {
   /* --elastic ranks also form without one lost before they all met. */
   if (o.elastic)
     setenv("HOOP_ELASTIC", "1", 0);
+  /*
+   * A replacement loads its data before it joins: from its admission on,
+   * the members wait for it to take their state.
+   */
+  struct run run = {.o = &o};
+  if (joining() && load_data(&run, "the replacement") != 0)
+    return 1;
   hoop_comm_t comm;
   hoop_result_t res = join(&comm);
   if (res != HOOP_SUCCESS) {
     fprintf(stderr, "hoop-train: joining the other ranks failed: %s: %s\n",
             hoop_result_name(res), hoop_last_error());
+    dataset_free(&run.test_set);
+    dataset_free(&run.train_set);
     return 1;
   }
   int rank, nranks;
@@ -617,7 +640,7 @@ int main(int argc, char **argv) {
   hoop_comm_size(comm, &nranks);
   if (o.algo != HOOP_ALGO_AUTO)
     hoop_comm_set_algo(comm, o.algo);
-  rc = train(&o, &comm, rank, nranks);
+  rc = train(&run, &comm, rank, nranks);
   if (rc != 0) {
     hoop_comm_abort(comm);
     return rc;
