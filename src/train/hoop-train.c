@@ -539,21 +539,16 @@ static int finish_epoch(struct run *run, const struct epoch_report *r) {
 
 /*
  * *comm is the communicator the run ends on (--elastic shrinks it).
- * `start` holds the options, and a replacement's data sets, which it
- * loaded before joining; the others load theirs here.  Either way the
- * data sets are freed here.
+ * `loaded` holds the options and the loaded data sets, which are freed
+ * here.
  */
-static int train(const struct run *start, hoop_comm_t *comm, int rank,
+static int train(const struct run *loaded, hoop_comm_t *comm, int rank,
                  int nranks) {
-  struct run run = *start;
+  struct run run = *loaded;
   const struct options *o = run.o;
   run.comm = *comm;
   run.rank = rank;
   run.nranks = nranks;
-  char who[32];
-  snprintf(who, sizeof who, "rank %d", rank);
-  if (!joining() && load_data(&run, who) != 0)
-    return 1;
   trainer_config_t cfg = {.batch = o->batch, .optim = o->optim, .lr = o->lr,
                           .momentum = o->momentum,
                           .weight_decay = o->weight_decay,
@@ -621,7 +616,8 @@ int main(int argc, char **argv) {
     setenv("HOOP_ELASTIC", "1", 0);
   /*
    * A replacement loads its data before it joins: from its admission on,
-   * the members wait for it to take their state.
+   * the members wait for it to take their state.  The others load theirs
+   * once they have met.
    */
   struct run run = {.o = &o};
   if (joining() && load_data(&run, "the replacement") != 0)
@@ -638,6 +634,12 @@ int main(int argc, char **argv) {
   int rank, nranks;
   hoop_comm_rank(comm, &rank);
   hoop_comm_size(comm, &nranks);
+  char who[32];
+  snprintf(who, sizeof who, "rank %d", rank);
+  if (!joining() && load_data(&run, who) != 0) {
+    hoop_comm_abort(comm);
+    return 1;
+  }
   if (o.algo != HOOP_ALGO_AUTO)
     hoop_comm_set_algo(comm, o.algo);
   rc = train(&run, &comm, rank, nranks);
