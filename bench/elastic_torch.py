@@ -57,7 +57,8 @@ EPOCH = re.compile(r"epoch (\d+)(?:/\d+)?: loss [\d.]+, (?:test accuracy|"
                    r"accuracy train [\d.]+ test) ([\d.]+)")
 REPLACEMENT = re.compile(r"hoop-run: started a replacement")
 READY = re.compile(r"ready to join")
-JOINED = re.compile(r"\d+ rank\(s\) joined; (\d+) ranks go on")
+JOINED = re.compile(r"\d+ rank\(s\) joined; (\d+) ranks go on"
+                    r"(?: \(the members waited ([\d.]+) s)?")
 WAYS = ("hoop", "respawn", "torchrun", "train", "train-respawn")
 
 
@@ -125,7 +126,8 @@ def run_job(a, way, kill_at=None, rng=None):
         os.set_blocking(fd, False)
         log, buf = [], ""
         seen = {}
-        out = {"killed_rank": None, "recover_s": None}
+        out = {"killed_rank": None, "recover_s": None,
+               "members_waited_s": None}
         while True:
             now = time.monotonic()
             try:
@@ -145,6 +147,8 @@ def run_job(a, way, kill_at=None, rng=None):
                         seen[name] = now
                         if name == "recovered":
                             out["recover_s"] = float(m.group(3))
+                        if name == "joined" and m.group(2):
+                            out["members_waited_s"] = float(m.group(2))
             if (kill_at is not None and "killed" not in seen and
                     "first_epoch" in seen and
                     now - seen["first_epoch"] >= kill_at):
@@ -244,7 +248,8 @@ def main():
                          f"; reported {fmt(r['recover_s'])}; ")
             if way == "train-respawn":
                 text += (f"replacement start to joined "
-                         f"{fmt(r['start_to_joined_s'])}; ")
+                         f"{fmt(r['start_to_joined_s'])}, members waited "
+                         f"{fmt(r['members_waited_s'])}; ")
             if way == "respawn":
                 text += (f"replacement start to ready "
                          f"{fmt(r['start_to_ready_s'])}, ready to joined "
@@ -288,6 +293,9 @@ def main():
         if way.endswith("respawn"):
             lines.append(f"{way}: replacement start to joined, s: "
                          f"{spread([r['start_to_joined_s'] for r in runs])}")
+        if way == "train-respawn":
+            lines.append(f"{way}: members' wait for the joiner, s: "
+                         f"{spread([r['members_waited_s'] for r in runs])}")
         if way == "respawn":
             lines += [
                 f"{way}: start to ready (Python, torch, data), s: "
